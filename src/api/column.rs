@@ -1,0 +1,169 @@
+//! `tributary_embed_column`: fill a vector column of a whole table, in batches, in this backend.
+
+use std::time::{Duration, Instant};
+
+use pgrx::prelude::*;
+use pgrx::spi::quote_identifier;
+use pgrx::PgRelation;
+
+use crate::pg::catalog::{self, ModelRow};
+use crate::pg::error::{OrRaise, Result, TributaryError};
+use crate::pg::gucs;
+
+/// `tributary_embed_column(tbl regclass, columns text[], target text [, model, batch_size])
+/// → bigint`: embeds every row of `tbl` whose `target` column is NULL and returns the number of
+/// rows embedded.
+///
+/// The text of a row is its `columns` cast to text and joined with newlines (NULL columns
+/// skipped); rows whose `columns` are all NULL stay NULL and are not counted. Rows are read
+/// through one cursor, `batch_size` at a time, embedded (length-sorted, cut by
+/// `tributary.max_batch_tokens`) and written back with one UPDATE per batch, by ctid. Progress is
+/// a NOTICE every `tributary.progress_interval` ms. A cancel or statement_timeout stops it
+/// between two ONNX Runtime runs; since it all runs in the caller's transaction, a stopped call
+/// leaves the table unchanged.
+///
+/// Errors, all before any work: 22023 bad batch_size or empty columns; 42703 unknown column;
+/// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
+/// unknown model. Privileges are the caller's (SELECT on the columns, UPDATE on the target).
+#[pg_extern(volatile, parallel_unsafe)]
+fn tributary_embed_column(
+    tbl: Option<PgRelation>,
+    columns: Option<Vec<String>>,
+    target: Option<&str>,
+    model: default!(Option<&str>, "NULL"),
+    batch_size: default!(i32, 256),
+) -> i64 {
+    let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
+        crate::pg::error::raise(TributaryError::NullArgument("tbl, columns and target"));
+    };
+    embed_column(tbl.oid(), &columns, target, model, batch_size).or_raise()
+}
+
+fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Option<&str>, batch_size: i32) -> Result<i64> {
+    if batch_size < 1 {
+        return Err(TributaryError::InvalidArgument {
+            message: format!("batch_size must be at least 1, not {batch_size}"),
+            hint: None,
+        });
+    }
+    if columns.is_empty() {
+        return Err(TributaryError::InvalidArgument {
+            message: "columns must name at least one column".into(),
+            hint: Some("For example: tributary_embed_column('docs', ARRAY['title', 'body'], 'embedding')".into()),
+        });
+    }
+    let model = catalog::model(model)?;
+    let plan = Plan::new(tbl, columns, target, &model)?;
+    let total: i64 = Spi::get_one(&plan.count_sql).ok().flatten().unwrap_or(0);
+    let interval = gucs::progress_interval_ms();
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut done: i64 = 0;
+
+    // The cursor outlives the per-batch SPI connections below, so that each batch's tuples,
+    // texts and vector datums are freed when its connection finishes: memory stays flat
+    // whatever the table's size.
+    let cursor_name = Spi::connect(|c| c.open_cursor(plan.select_sql.as_str(), &[]).detach_into_name());
+    loop {
+        pgrx::check_for_interrupts!();
+        let n = Spi::connect_mut(|client| -> Result<i64> {
+            let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
+            let rows = cursor.fetch(batch_size as i64).map_err(spi_error)?;
+            let mut tids = Vec::with_capacity(rows.len());
+            let mut texts = Vec::with_capacity(rows.len());
+            for row in rows {
+                tids.push(row.get::<pg_sys::ItemPointerData>(1).map_err(spi_error)?.expect("ctid is never NULL"));
+                texts.push(row.get::<String>(2).map_err(spi_error)?.unwrap_or_default());
+            }
+            if tids.is_empty() {
+                // Dropping the found cursor closes it.
+                return Ok(0);
+            }
+            std::mem::forget(cursor);
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = crate::api::embed::embed_texts(&refs, Some(&model.name))?;
+            let n = tids.len() as i64;
+            client.update(plan.update_sql.as_str(), None, &[tids.into(), vectors.into()]).map_err(spi_error)?;
+            Ok(n)
+        })?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+        if interval > 0 && last_report.elapsed() >= Duration::from_millis(interval) {
+            last_report = Instant::now();
+            let secs = started.elapsed().as_secs_f64();
+            pgrx::notice!(
+                "tributary_embed_column: {done} of {total} rows embedded ({:.0} rows/s)",
+                done as f64 / secs.max(1e-9)
+            );
+        }
+    }
+    Ok(done)
+}
+
+fn spi_error(e: pgrx::spi::Error) -> TributaryError {
+    TributaryError::InvalidArgument { message: format!("SPI error: {e}"), hint: None }
+}
+
+/// The three statements of one call, with identifiers quoted.
+struct Plan {
+    count_sql: String,
+    select_sql: String,
+    update_sql: String,
+}
+
+impl Plan {
+    fn new(tbl: pg_sys::Oid, columns: &[String], target: &str, model: &ModelRow) -> Result<Self> {
+        let relname: String = Spi::get_one_with_args("SELECT $1::regclass::text", &[tbl.into()])
+            .ok()
+            .flatten()
+            .ok_or_else(|| TributaryError::InvalidArgument { message: format!("relation with OID {} does not exist", tbl.to_u32()), hint: None })?;
+        for c in columns {
+            attribute(tbl, &relname, c)?;
+        }
+        let (typname, typmod) = attribute(tbl, &relname, target)?;
+        if typname != "vector" && typname != "halfvec" {
+            return Err(TributaryError::WrongColumnType { column: target.into(), actual: typname });
+        }
+        if typmod > 0 && typmod as usize != model.dimension {
+            return Err(TributaryError::Dimension {
+                expected: typmod as usize,
+                actual: model.dimension,
+                detail: format!(
+                    "column \"{target}\" is {typname}({typmod}) but model \"{}\" produces {} dimensions",
+                    model.name, model.dimension
+                ),
+            });
+        }
+        let cols: Vec<String> = columns.iter().map(quote_identifier).collect();
+        let text_expr = if cols.len() == 1 {
+            format!("{}::text", cols[0])
+        } else {
+            format!("concat_ws(E'\\n', {})", cols.iter().map(|c| format!("{c}::text")).collect::<Vec<_>>().join(", "))
+        };
+        let target = quote_identifier(target);
+        let filter = format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", "));
+        Ok(Plan {
+            count_sql: format!("SELECT count(*) FROM {relname} WHERE {filter}"),
+            select_sql: format!("SELECT ctid, {text_expr} FROM {relname} WHERE {filter}"),
+            update_sql: format!(
+                "UPDATE {relname} AS t SET {target} = u.e FROM unnest($1::tid[], $2) AS u(id, e) WHERE t.ctid = u.id"
+            ),
+        })
+    }
+}
+
+/// `(type name, typmod)` of column `column` of `tbl`; 42703 if there is no such column.
+fn attribute(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<(String, i32)> {
+    let row = Spi::get_two_with_args::<String, i32>(
+        "SELECT t.typname::text, a.atttypmod FROM pg_catalog.pg_attribute a \
+         JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+         WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+        &[tbl.into(), column.into()],
+    );
+    match row {
+        Ok((Some(t), Some(m))) => Ok((t, m)),
+        _ => Err(TributaryError::UndefinedColumn { relation: relname.into(), column: column.into() }),
+    }
+}

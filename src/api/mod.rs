@@ -1,0 +1,5 @@
+//! The SQL surface: thin `#[pg_extern]` wrappers that parse arguments and call `pg/` and `engine/`.
+
+pub mod column;
+pub mod embed;
+pub mod models;

@@ -1,0 +1,150 @@
+//! Model catalog functions and the runtime info function.
+
+use std::path::Path;
+
+use pgrx::prelude::*;
+
+use crate::pg::catalog;
+use crate::pg::error::{OrRaise, Result, TributaryError};
+use crate::pg::gucs;
+
+/// What `ort/scripts/export_model.py` writes beside the model as `tributary.json`.
+#[derive(serde::Deserialize)]
+struct ModelMetadata {
+    dimension: usize,
+    pooling: String,
+    max_length: usize,
+    files: std::collections::HashMap<String, String>,
+    #[serde(default)]
+    sha256: std::collections::HashMap<String, String>,
+}
+
+/// `tributary_register_model(name, path [, precision]) → void`: registers (or re-registers) the
+/// prepared model in directory `path` (absolute, or relative to `tributary.model_path`), reading
+/// its dimension, pooling, max length and files from `path/tributary.json`. `precision` picks
+/// the `fp32` or `fp16` graph. Superuser only, since it names files the server will load.
+///
+/// Errors: 42501 not a superuser; 58P01 no tributary.json or model file; 22P02 unreadable
+/// tributary.json; 22023 unknown precision.
+#[pg_extern(volatile, parallel_unsafe)]
+fn tributary_register_model(name: &str, path: &str, precision: default!(&str, "'fp32'")) {
+    register(name, path, precision).or_raise();
+    catalog::clear_sessions();
+}
+
+fn register(name: &str, path: &str, precision: &str) -> Result<()> {
+    if !unsafe { pg_sys::superuser() } {
+        return Err(TributaryError::Privilege("permission denied to register a model".into()));
+    }
+    let dir = if Path::new(path).is_absolute() { Path::new(path).to_owned() } else { gucs::model_path().join(path) };
+    let meta_path = dir.join("tributary.json");
+    let text = std::fs::read_to_string(&meta_path).map_err(|e| TributaryError::ModelMetadata {
+        path: meta_path.display().to_string(),
+        reason: e.to_string(),
+        missing: true,
+    })?;
+    let meta: ModelMetadata = serde_json::from_str(&text).map_err(|e| TributaryError::ModelMetadata {
+        path: meta_path.display().to_string(),
+        reason: e.to_string(),
+        missing: false,
+    })?;
+    let onnx = meta.files.get(precision).ok_or_else(|| TributaryError::InvalidArgument {
+        message: format!("model in \"{}\" has no {precision} graph", dir.display()),
+        hint: Some(format!("tributary.json lists: {}", meta.files.keys().cloned().collect::<Vec<_>>().join(", "))),
+    })?;
+    let tokenizer = meta.files.get("tokenizer").cloned().unwrap_or_else(|| "tokenizer.json".into());
+    for f in [onnx, &tokenizer] {
+        if !dir.join(f).is_file() {
+            return Err(crate::engine::Error::ModelFile { path: dir.join(f), reason: "no such file".into() }.into());
+        }
+    }
+    Spi::run_with_args(
+        "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (name) DO UPDATE SET path = EXCLUDED.path, onnx_file = EXCLUDED.onnx_file, \
+           tokenizer_file = EXCLUDED.tokenizer_file, dimension = EXCLUDED.dimension, max_length = EXCLUDED.max_length, \
+           pooling = EXCLUDED.pooling, precision = EXCLUDED.precision, sha256 = EXCLUDED.sha256, registered_at = now()",
+        &[
+            name.into(),
+            path.into(),
+            onnx.as_str().into(),
+            tokenizer.as_str().into(),
+            (meta.dimension as i32).into(),
+            (meta.max_length as i32).into(),
+            meta.pooling.as_str().into(),
+            precision.into(),
+            meta.sha256.get(onnx.as_str()).map(String::as_str).into(),
+        ],
+    )
+    .unwrap_or_else(|e| pgrx::error!("registering model failed: {e}"));
+    Ok(())
+}
+
+/// `tributary_drop_model(name) → void`: removes a model from the catalog. Superuser only.
+///
+/// Errors: 42501 not a superuser; 42704 unknown model.
+#[pg_extern(volatile, parallel_unsafe)]
+fn tributary_drop_model(name: &str) {
+    if !unsafe { pg_sys::superuser() } {
+        crate::pg::error::raise(TributaryError::Privilege("permission denied to drop a model".into()));
+    }
+    let deleted = Spi::get_one_with_args::<String>("DELETE FROM tributary.models WHERE name = $1 RETURNING name", &[name.into()])
+        .ok()
+        .flatten();
+    if deleted.is_none() {
+        crate::pg::error::raise(TributaryError::UnknownModel(name.into()));
+    }
+    catalog::clear_sessions();
+}
+
+/// `tributary_info([model]) → table`: loads `model` (default `tributary.model`) in this backend
+/// if it is not loaded yet, and shows what actually runs: the execution provider in use (and
+/// why `auto` fell back to CPU), the model's dimension, max length (tokens) and pooling, the
+/// ONNX Runtime version and library, and the files.
+///
+/// Errors: as `tributary_embed`.
+#[pg_extern(stable, parallel_unsafe)]
+#[allow(clippy::type_complexity)]
+fn tributary_info(
+    model: default!(Option<&str>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(model, String),
+        name!(dimension, i32),
+        name!(max_length, i32),
+        name!(pooling, String),
+        name!(precision, String),
+        name!(execution_provider, String),
+        name!(provider_note, String),
+        name!(intra_op_threads, i32),
+        name!(ort_version, String),
+        name!(ort_library, String),
+        name!(model_file, String),
+    ),
+> {
+    let row = catalog::model(model).or_raise();
+    let (provider, note, threads, model_file) = catalog::with_embedder(&row, |e| {
+        (
+            e.provider().to_string(),
+            e.provider_note().to_string(),
+            e.config().intra_op_threads as i32,
+            e.config().model_file.display().to_string(),
+        )
+    })
+    .or_raise();
+    let rt = crate::engine::model::runtime(&gucs::ort_library()).or_raise();
+    TableIterator::once((
+        row.name.clone(),
+        row.dimension as i32,
+        row.max_length as i32,
+        row.pooling.clone(),
+        row.precision.clone(),
+        provider,
+        note,
+        threads,
+        rt.version.clone(),
+        rt.library.display().to_string(),
+        model_file,
+    ))
+}

@@ -1,0 +1,84 @@
+//! Length-sorted, token-budget batching.
+//!
+//! Inputs are sorted by token count (longest first) and cut into batches whose padded size
+//! `rows * longest_row` stays within a token budget, so that padding is small and every ONNX
+//! Runtime run does about the same amount of work. The same idea as text-embeddings-inference's
+//! `max_batch_tokens` and sentence-transformers' length sorting in `encode()`.
+
+use std::ops::Range;
+
+/// A cut of the length-sorted order: `order[range]` are the input indices of one batch and
+/// `seq_len` is the longest of them (tokens), the width every row is padded to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub range: Range<usize>,
+    pub seq_len: usize,
+}
+
+/// Plans batches over inputs of the given lengths (tokens each).
+///
+/// Returns `(order, batches)`: `order` is a permutation of `0..lengths.len()`, longest first
+/// (ties keep input order), and `batches` cut it so that `rows * seq_len <= max_batch_tokens`,
+/// except that a batch always holds at least one row (a row longer than the budget runs alone).
+/// `max_rows` caps the rows of one batch (0 = no cap).
+pub fn plan(lengths: &[usize], max_batch_tokens: usize, max_rows: usize) -> (Vec<usize>, Vec<Batch>) {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]));
+    let mut batches = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        // Sorted longest first: the first row of a batch sets its padded width.
+        let seq_len = lengths[order[start]].max(1);
+        let mut rows = (max_batch_tokens / seq_len).max(1);
+        if max_rows > 0 {
+            rows = rows.min(max_rows);
+        }
+        let end = (start + rows).min(order.len());
+        batches.push(Batch { range: start..end, seq_len });
+        start = end;
+    }
+    (order, batches)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn respects_budget_and_covers_every_input_once() {
+        let lengths = [5, 300, 17, 17, 2, 128, 64, 1, 256, 9];
+        let (order, batches) = plan(&lengths, 512, 0);
+        let mut seen: Vec<usize> = batches.iter().flat_map(|b| order[b.range.clone()].to_vec()).collect();
+        seen.sort();
+        assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
+        for b in &batches {
+            let rows = b.range.len();
+            let longest = order[b.range.clone()].iter().map(|&i| lengths[i]).max().unwrap();
+            assert_eq!(longest, b.seq_len);
+            assert!(rows == 1 || rows * b.seq_len <= 512, "{b:?}");
+        }
+        // 300 tokens exceeds 512/2: alone in its batch.
+        assert_eq!(batches[0].range.len(), 1);
+        assert_eq!(batches[0].seq_len, 300);
+    }
+
+    #[test]
+    fn row_longer_than_budget_runs_alone() {
+        let (order, batches) = plan(&[1000, 3, 3], 100, 0);
+        assert_eq!(order, vec![0, 1, 2]);
+        assert_eq!(batches, vec![Batch { range: 0..1, seq_len: 1000 }, Batch { range: 1..3, seq_len: 3 }]);
+    }
+
+    #[test]
+    fn max_rows_caps_batches_and_ties_keep_input_order() {
+        let (order, batches) = plan(&[4; 10], 1 << 20, 4);
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        assert_eq!(batches.iter().map(|b| b.range.len()).collect::<Vec<_>>(), vec![4, 4, 2]);
+    }
+
+    #[test]
+    fn empty_input_gives_no_batch() {
+        let (order, batches) = plan(&[], 100, 0);
+        assert!(order.is_empty() && batches.is_empty());
+    }
+}

@@ -1,0 +1,10 @@
+//! The inference engine: ONNX Runtime sessions, tokenization, batching. No pgrx in here, so all
+//! of it is usable and testable without PostgreSQL (`cargo test --lib engine`).
+
+pub mod batch;
+pub mod error;
+pub mod model;
+pub mod tokenize;
+
+pub use error::{Error, Result};
+pub use model::{Embedder, EmbedderConfig, Embeddings, ProviderChoice, Runtime};

@@ -1,0 +1,65 @@
+//! Tokenization with Hugging Face `tokenizers`: truncation to the model's max length, int32 ids.
+//! Padding is not done here: `batch` decides each batch's padded width after length sorting.
+
+use std::path::Path;
+
+use tokenizers::{Tokenizer, TruncationParams};
+
+use super::error::{Error, Result};
+
+/// A tokenizer set up for one model: truncation at `max_length` tokens (special tokens
+/// included), no padding.
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    max_length: usize,
+    pad_id: i32,
+}
+
+/// One tokenized text: `ids` are int32 token ids, `[CLS] ... [SEP]` included, at most
+/// `max_length` long. The attention mask is implied: 1 for each id, 0 for padding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tokens {
+    pub ids: Vec<i32>,
+}
+
+impl TextTokenizer {
+    /// Loads `tokenizer.json` and sets truncation to `max_length` tokens.
+    ///
+    /// Errors: [`Error::ModelFile`] if the file cannot be read, [`Error::Tokenizer`] if it does
+    /// not parse or `max_length` is too small for the special tokens.
+    pub fn from_file(path: &Path, max_length: usize) -> Result<Self> {
+        if !path.is_file() {
+            return Err(Error::ModelFile { path: path.to_owned(), reason: "no such file".into() });
+        }
+        let mut inner = Tokenizer::from_file(path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        inner
+            .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        inner.with_padding(None);
+        let pad_id = ["[PAD]", "<pad>"].iter().find_map(|t| inner.token_to_id(t)).unwrap_or(0) as i32;
+        Ok(TextTokenizer { inner, max_length, pad_id })
+    }
+
+    /// Tokenizes `texts` in parallel (HF tokenizers' thread pool; no PostgreSQL call is made
+    /// from those threads). Output is in input order, one [`Tokens`] per text.
+    pub fn encode(&self, texts: &[&str]) -> Result<Vec<Tokens>> {
+        let encodings = self
+            .inner
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(encodings
+            .into_iter()
+            .map(|e| Tokens { ids: e.get_ids().iter().map(|&id| id as i32).collect() })
+            .collect())
+    }
+
+    /// Token id used for padding (`[PAD]`, else 0). Padded positions are masked out anyway.
+    pub fn pad_id(&self) -> i32 {
+        self.pad_id
+    }
+
+    /// Truncation length in tokens.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+}

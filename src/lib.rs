@@ -1,0 +1,38 @@
+//! tributary: transformer models inside PostgreSQL. Text, rows and columns to pgvector
+//! embeddings through ONNX Runtime, in batches, in the backend that asks.
+//!
+//! Layout: `engine/` (no pgrx: ORT sessions, tokenization, batching), `pg/` (settings, errors,
+//! catalog, vector datums), `api/` (the SQL functions).
+
+use pgrx::prelude::*;
+
+pub mod api;
+pub mod engine;
+pub mod pg;
+
+::pgrx::pg_module_magic!(name, version);
+
+pgrx::extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+
+/// Registers the settings. Nothing here touches ONNX Runtime: sessions are created on first use
+/// in a backend, never in the postmaster.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    pg::gucs::init();
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    include!("tests.rs");
+}
+
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

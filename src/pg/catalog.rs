@@ -1,0 +1,144 @@
+//! The model catalog `tributary.models` and the per-backend session cache.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+use pgrx::prelude::*;
+
+use super::error::{Result, TributaryError};
+use super::gucs;
+use crate::engine::{self, Embedder, EmbedderConfig};
+
+/// One row of `tributary.models`.
+#[derive(Debug, Clone)]
+pub struct ModelRow {
+    pub name: String,
+    /// Model directory: absolute, or relative to `tributary.model_path`.
+    pub path: String,
+    pub onnx_file: String,
+    pub tokenizer_file: String,
+    pub dimension: usize,
+    pub max_length: usize,
+    pub pooling: String,
+    pub precision: String,
+}
+
+impl ModelRow {
+    pub fn dir(&self) -> PathBuf {
+        let p = Path::new(&self.path);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            gucs::model_path().join(p)
+        }
+    }
+
+    /// The session configuration this row asks for under the current settings.
+    pub fn embedder_config(&self) -> EmbedderConfig {
+        let dir = self.dir();
+        EmbedderConfig {
+            model_file: dir.join(&self.onnx_file),
+            tokenizer_file: dir.join(&self.tokenizer_file),
+            max_length: self.max_length,
+            dimension: self.dimension,
+            provider: gucs::execution_provider(),
+            intra_op_threads: gucs::intra_op_threads(),
+            gpu_device: gucs::gpu_device(),
+        }
+    }
+}
+
+/// Looks `name` up in `tributary.models`; `None` means the `tributary.model` setting.
+///
+/// Errors: 42704 for an unknown model (or no model named at all).
+pub fn model(name: Option<&str>) -> Result<ModelRow> {
+    let name = match name.map(str::to_owned).or_else(gucs::model) {
+        Some(n) => n,
+        None => {
+            return Err(TributaryError::InvalidArgument {
+                message: "no model given and tributary.model is empty".into(),
+                hint: Some("Pass a model name or SET tributary.model.".into()),
+            })
+        }
+    };
+    let row = Spi::connect(|client| {
+        let table = client.select(
+            "SELECT path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision \
+             FROM tributary.models WHERE name = $1",
+            Some(1),
+            &[name.as_str().into()],
+        )?;
+        if table.is_empty() {
+            return Ok::<_, pgrx::spi::Error>(None);
+        }
+        let r = table.first();
+        Ok(Some(ModelRow {
+            name: name.clone(),
+            path: r.get::<String>(1)?.unwrap_or_default(),
+            onnx_file: r.get::<String>(2)?.unwrap_or_default(),
+            tokenizer_file: r.get::<String>(3)?.unwrap_or_default(),
+            dimension: r.get::<i32>(4)?.unwrap_or(0) as usize,
+            max_length: r.get::<i32>(5)?.unwrap_or(0) as usize,
+            pooling: r.get::<String>(6)?.unwrap_or_default(),
+            precision: r.get::<String>(7)?.unwrap_or_default(),
+        }))
+    })
+    .unwrap_or_else(|e| pgrx::error!("reading tributary.models failed: {e}"));
+    row.ok_or(TributaryError::UnknownModel(name))
+}
+
+/// Sessions kept per backend. Each holds a copy of the model's weights (all-MiniLM-L6-v2: 90 MB
+/// fp32), so the cache is small; the least recently used session is dropped first.
+const MAX_SESSIONS: usize = 3;
+
+struct Entry {
+    key: (String, EmbedderConfig),
+    embedder: Embedder,
+}
+
+thread_local! {
+    // Backends are single-threaded and this is touched only from the backend's main thread
+    // (never from ORT's or the tokenizer's worker threads), so a RefCell is enough.
+    static SESSIONS: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this backend's session for `model`, creating it on first use (and loading
+/// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
+pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
+    let key = (model.name.clone(), model.embedder_config());
+    SESSIONS.with(|cell| {
+        let mut sessions = cell.borrow_mut();
+        let pos = match sessions.iter().position(|e| e.key == key) {
+            Some(p) => p,
+            None => {
+                let runtime = engine::model::runtime(&gucs::ort_library())?;
+                let embedder = Embedder::new(runtime, key.1.clone())?;
+                if !embedder.provider_note().is_empty() {
+                    pgrx::log!("tributary: model \"{}\" runs on {}: {}", model.name, embedder.provider(), embedder.provider_note());
+                } else {
+                    pgrx::log!("tributary: model \"{}\" runs on {}", model.name, embedder.provider());
+                }
+                if sessions.len() >= MAX_SESSIONS {
+                    sessions.remove(0);
+                }
+                sessions.push(Entry { key, embedder });
+                sessions.len() - 1
+            }
+        };
+        // Most recently used last.
+        let entry = sessions.remove(pos);
+        sessions.push(entry);
+        let last = sessions.len() - 1;
+        Ok(f(&mut sessions[last].embedder))
+    })
+}
+
+/// Drops every cached session (e.g. after a model is re-registered or dropped).
+pub fn clear_sessions() {
+    SESSIONS.with(|cell| cell.borrow_mut().clear());
+}
+
+/// Number of sessions this backend holds (for tests and tributary_info).
+pub fn session_count() -> usize {
+    SESSIONS.with(|cell| cell.borrow().len())
+}

@@ -1,0 +1,141 @@
+//! The one place errors become PostgreSQL errors: every failure has a SQLSTATE, a short
+//! lowercase message, and DETAIL / HINT where there is something to say.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+use crate::engine;
+
+/// Errors of the PostgreSQL side: the engine's, plus catalog and argument errors.
+#[derive(Debug, thiserror::Error)]
+pub enum TributaryError {
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+
+    /// 42704
+    #[error("model \"{0}\" does not exist")]
+    UnknownModel(String),
+
+    /// 22000, worded as pgvector words its dimension errors.
+    #[error("expected {expected} dimensions, not {actual}")]
+    Dimension { expected: usize, actual: usize, detail: String },
+
+    /// 22023
+    #[error("{message}")]
+    InvalidArgument { message: String, hint: Option<String> },
+
+    /// 22004
+    #[error("{0} must not be NULL")]
+    NullArgument(&'static str),
+
+    /// 42703
+    #[error("column \"{column}\" of relation \"{relation}\" does not exist")]
+    UndefinedColumn { relation: String, column: String },
+
+    /// 42804
+    #[error("column \"{column}\" is of type {actual}, not vector or halfvec")]
+    WrongColumnType { column: String, actual: String },
+
+    /// 42501
+    #[error("{0}")]
+    Privilege(String),
+
+    /// 58P01 / 22P02 when a model's metadata file is missing or unreadable.
+    #[error("could not read model metadata \"{path}\"")]
+    ModelMetadata { path: String, reason: String, missing: bool },
+}
+
+pub type Result<T, E = TributaryError> = std::result::Result<T, E>;
+
+impl From<TributaryError> for ErrorReport {
+    fn from(e: TributaryError) -> Self {
+        use engine::Error as E;
+        use TributaryError as T;
+        let message = e.to_string();
+        let report = |code, detail: Option<String>, hint: Option<&str>| {
+            let mut r = ErrorReport::new(code, message.clone(), "tributary");
+            if let Some(d) = detail {
+                r = r.set_detail(d);
+            }
+            if let Some(h) = hint {
+                r = r.set_hint(h.to_string());
+            }
+            r
+        };
+        match &e {
+            T::Engine(E::OrtLibrary { reason, .. }) => report(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FILE,
+                Some(reason.clone()),
+                Some("Set tributary.ort_library to the path of libonnxruntime.so (ONNX Runtime 1.31), or run scripts/setup.sh."),
+            ),
+            T::Engine(E::OrtLibraryChanged { requested, .. }) => report(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                Some(format!("tributary.ort_library now names \"{}\"; a process can load only one ONNX Runtime", requested.display())),
+                Some("Reconnect to start a new backend with the new library."),
+            ),
+            T::Engine(E::ModelFile { reason, .. }) => report(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_FILE,
+                Some(reason.clone()),
+                Some("Relative model paths are resolved against tributary.model_path; prepare the model with ort/scripts/export_model.py, or run scripts/setup.sh for the default model."),
+            ),
+            T::Engine(E::Tokenizer(_)) => report(PgSqlErrorCode::ERRCODE_EXTERNAL_ROUTINE_EXCEPTION, None, None),
+            T::Engine(E::Provider { reason, .. }) => report(
+                PgSqlErrorCode::ERRCODE_EXTERNAL_ROUTINE_EXCEPTION,
+                Some(reason.clone()),
+                Some("Set tributary.execution_provider to auto or cpu, or install the onnxruntime-gpu library."),
+            ),
+            T::Engine(E::Ort(_)) => report(PgSqlErrorCode::ERRCODE_EXTERNAL_ROUTINE_EXCEPTION, None, None),
+            T::Engine(E::ModelMismatch(_)) => report(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                None,
+                Some("Check the model's entry in tributary.models against its tributary.json."),
+            ),
+            T::UnknownModel(_) => report(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                None,
+                Some("Registered models are listed in tributary.models; see tributary_register_model()."),
+            ),
+            T::Dimension { detail, .. } => report(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, Some(detail.clone()), None),
+            T::InvalidArgument { hint, .. } => {
+                report(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, None, hint.as_deref())
+            }
+            T::NullArgument(_) => report(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, None, None),
+            T::UndefinedColumn { .. } => report(PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN, None, None),
+            T::WrongColumnType { .. } => report(
+                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                None,
+                Some("The target column must be of pgvector's type vector(n) or halfvec(n)."),
+            ),
+            T::Privilege(_) => report(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                None,
+                Some("Only superusers can register models or name files for tributary to load."),
+            ),
+            T::ModelMetadata { reason, missing, .. } => report(
+                if *missing { PgSqlErrorCode::ERRCODE_UNDEFINED_FILE } else { PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION },
+                Some(reason.clone()),
+                Some("A model directory is written by ort/scripts/export_model.py and holds tributary.json."),
+            ),
+        }
+    }
+}
+
+/// Raises `e` as a PostgreSQL ERROR; does not return.
+pub fn raise(e: TributaryError) -> ! {
+    ErrorReport::from(e).report(PgLogLevel::ERROR);
+    unreachable!("ereport(ERROR) returned")
+}
+
+/// `result?` for `#[pg_extern]` bodies: unwraps or raises the error with its SQLSTATE.
+pub trait OrRaise<T> {
+    fn or_raise(self) -> T;
+}
+
+impl<T, E: Into<TributaryError>> OrRaise<T> for std::result::Result<T, E> {
+    fn or_raise(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => raise(e.into()),
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! PostgreSQL glue: settings, errors, the model catalog and session cache, vector datums.
+
+pub mod catalog;
+pub mod error;
+pub mod gucs;
+pub mod vector;

@@ -1,0 +1,79 @@
+//! pgvector's `vector` as a Rust type: built straight into a datum (no text round trip).
+//!
+//! On-disk layout, from pgvector's `src/vector.h`: varlena header (4 bytes), `int16 dim`,
+//! `int16 unused` (0), then `dim` float4 values. Up to 16000 dimensions (`VECTOR_MAX_DIM`).
+
+use std::cell::Cell;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
+
+/// A `vector` value: `[dim] f32`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vector(pub Vec<f32>);
+
+const HEADER: usize = 8;
+
+impl IntoDatum for Vector {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        let size = HEADER + 4 * self.0.len();
+        // SAFETY: palloc'd in the current memory context with room for the header and values;
+        // the layout matches pgvector's `Vector` struct.
+        unsafe {
+            let ptr = pg_sys::palloc0(size) as *mut u8;
+            pgrx::set_varsize_4b(ptr.cast(), size as i32);
+            (ptr.add(4) as *mut i16).write_unaligned(self.0.len() as i16);
+            std::ptr::copy_nonoverlapping(self.0.as_ptr(), ptr.add(HEADER) as *mut f32, self.0.len());
+            Some(pg_sys::Datum::from(ptr))
+        }
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        vector_type_oid()
+    }
+}
+
+thread_local! {
+    // The vector extension cannot be dropped while tributary depends on it, so the oid is
+    // stable for the life of the backend once found.
+    static VECTOR_OID: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+}
+
+/// Oid of pgvector's `vector` type, found through the `vector` extension (not search_path).
+pub fn vector_type_oid() -> pg_sys::Oid {
+    VECTOR_OID.with(|c| {
+        if c.get() == pg_sys::InvalidOid {
+            let oid = Spi::get_one::<pg_sys::Oid>(
+                "SELECT t.oid FROM pg_catalog.pg_type t \
+                 JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' \
+                 JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
+                 WHERE e.extname = 'vector' AND t.typname = 'vector'",
+            )
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| pgrx::error!("type vector does not exist: is the vector extension installed?"));
+            c.set(oid);
+        }
+        c.get()
+    })
+}
+
+unsafe impl SqlTranslatable for Vector {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Vector);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("vector"));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("vector")));
+}
+
+// SAFETY: the datum is returned to the caller of the function, as BoxRet requires.
+unsafe impl pgrx::callconv::BoxRet for Vector {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
+        match self.into_datum() {
+            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+            None => fcinfo.return_null(),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+// `#[pg_test]`: behaviour inside a backend (run by `cargo pgrx test`, with the real ONNX
+// Runtime library and the default model that scripts/setup.sh installs).
+
+use pgrx::prelude::*;
+
+use crate::pg::catalog;
+
+fn dims_and_norm(sql: &str) -> (i32, f64) {
+    let (d, n) = Spi::get_two::<i32, f64>(sql).expect("query failed");
+    (d.expect("dims"), n.expect("norm"))
+}
+
+#[pg_test]
+fn vector_datum_is_a_real_pgvector_value() {
+    Spi::run("CREATE EXTENSION IF NOT EXISTS vector").unwrap();
+    // Built by Vector::into_datum, read back through pgvector's own functions and text output.
+    let (dims, norm) = dims_and_norm(
+        "SELECT vector_dims(e), vector_norm(e)::float8 FROM (SELECT tributary_embed('hello') e) s",
+    );
+    assert_eq!(dims, 384);
+    assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    let text = Spi::get_one::<String>("SELECT tributary_embed('hello')::text").unwrap().unwrap();
+    let values: Vec<f32> = text.trim_matches(['[', ']']).split(',').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(values.len(), 384);
+    // Identical to what the engine returned, value for value.
+    let direct = crate::api::embed::embed_texts(&["hello"], None).unwrap();
+    for (a, b) in values.iter().zip(&direct[0].0) {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs {b}");
+    }
+}
+
+#[pg_test]
+fn one_session_per_backend_and_model_reused_across_calls() {
+    catalog::clear_sessions();
+    assert_eq!(catalog::session_count(), 0);
+    Spi::run("SELECT tributary_embed('a')").unwrap();
+    Spi::run("SELECT tributary_embed(ARRAY['b', 'c'])").unwrap();
+    Spi::run("SELECT tributary_embed('d', 'all-MiniLM-L6-v2')").unwrap();
+    assert_eq!(catalog::session_count(), 1);
+    // A different thread count is a different session; the cache stays bounded.
+    for threads in 1..=5 {
+        Spi::run(&format!("SET tributary.intra_op_threads = {threads}")).unwrap();
+        Spi::run("SELECT tributary_embed('e')").unwrap();
+    }
+    assert_eq!(catalog::session_count(), 3);
+    Spi::run("RESET tributary.intra_op_threads").unwrap();
+}
+
+#[pg_test]
+fn auto_provider_falls_back_to_cpu_and_says_why() {
+    let (provider, note) = Spi::get_two::<String, String>(
+        "SELECT execution_provider, provider_note FROM tributary_info()",
+    )
+    .unwrap();
+    // The CPU wheel of ONNX Runtime has no CUDA provider; CI has no GPU.
+    assert_eq!(provider.as_deref(), Some("cpu"));
+    assert!(note.unwrap().contains("cuda"), "the fallback reason names CUDA");
+}
+
+#[pg_test(error = "execution provider \"cuda\" is not available")]
+fn explicit_cuda_without_gpu_is_an_error() {
+    Spi::run("SET tributary.execution_provider = 'cuda'").unwrap();
+    Spi::run("SELECT tributary_embed('x')").unwrap();
+}
+
+#[pg_test]
+fn batch_budget_does_not_change_results() {
+    let texts = "ARRAY['short', repeat('a longer text ', 50), 'medium sized text here', '', 'x']";
+    let baseline = Spi::get_one::<String>(&format!("SELECT tributary_embed({texts})::text")).unwrap();
+    Spi::run("SET tributary.max_batch_tokens = 256").unwrap();
+    let small = Spi::get_one::<String>(&format!("SELECT tributary_embed({texts})::text")).unwrap();
+    Spi::run("RESET tributary.max_batch_tokens").unwrap();
+    let parse = |s: String| -> Vec<f32> {
+        s.replace(['{', '}', '"', '[', ']'], "").split(',').map(|v| v.parse().unwrap()).collect()
+    };
+    let (a, b) = (parse(baseline.unwrap()), parse(small.unwrap()));
+    assert_eq!(a.len(), 5 * 384);
+    let max_diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(max_diff < 1e-4, "padding to other widths changed results by {max_diff}");
+}

@@ -1,0 +1,17 @@
+-- Runs first, in a fresh database: the extension and a helper that shows an error's SQLSTATE,
+-- message, DETAIL and HINT in one deterministic line.
+CREATE EXTENSION vector;
+CREATE EXTENSION tributary;
+SELECT extname, extversion FROM pg_extension WHERE extname IN ('vector', 'tributary') ORDER BY 1;
+CREATE FUNCTION expect_error(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  state text; msg text; detail text; hint text;
+BEGIN
+  EXECUTE sql;
+  RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+  RETURN state || ': ' || msg
+      || CASE WHEN detail <> '' THEN E'\nDETAIL: ' || detail ELSE '' END
+      || CASE WHEN hint <> '' THEN E'\nHINT: ' || hint ELSE '' END;
+END $$;
