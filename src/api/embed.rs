@@ -47,3 +47,16 @@ fn tributary_embed_array(
     let mut vectors = embed_texts(&present, model).or_raise().into_iter();
     Some(texts.iter().map(|t| t.and_then(|_| vectors.next())).collect())
 }
+
+/// `tributary_tokenize(text [, model]) → integer[]`: the token ids the model sees for `text`,
+/// special tokens included, truncated to the model's max length (so `cardinality()` is at most
+/// `max_length` tokens). NULL gives NULL.
+///
+/// Errors: as `tributary_embed(text)`.
+#[pg_extern(stable, parallel_unsafe)]
+fn tributary_tokenize(text: Option<&str>, model: default!(Option<&str>, "NULL")) -> Option<Vec<i32>> {
+    let text = text?;
+    let model = catalog::model(model).or_raise();
+    let tokens = catalog::with_embedder(&model, |e| e.tokenizer().encode(&[text])).or_raise().or_raise();
+    tokens.into_iter().next().map(|t| t.ids)
+}

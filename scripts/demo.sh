@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The main job, on real data: set everything up, start a throwaway cluster of our own, load the
+# Debian package descriptions (~64k rows), embed them inside PostgreSQL with
+# tributary_embed_column, build an HNSW index, and run a few semantic searches.
+# Usage: scripts/demo.sh [ROWS]     (ROWS limits the rows loaded; default: all)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+bash scripts/setup.sh
+source scripts/cluster.sh
+chmod -R a+rX "$ROOT" 2>/dev/null || true
+cluster_start demo 55434
+trap 'cluster_stop demo' EXIT
+echo "== cluster: PGHOST=$PGHOST PGPORT=$PGPORT (own data directory, socket and port)"
+
+limit=()
+[ $# -ge 1 ] && limit=(--limit "$1")
+.venv/bin/python scripts/debian_data.py --drop --vector-dim 384 "${limit[@]}"
+
+cluster_psql <<'SQL'
+CREATE EXTENSION IF NOT EXISTS tributary CASCADE;
+\echo == the model and the execution provider in use
+SELECT model, dimension, max_length, execution_provider, intra_op_threads, ort_version FROM tributary_info();
+\echo == embedding every description with tributary_embed_column
+SET tributary.progress_interval = 15000;
+SELECT clock_timestamp() AS t0 \gset
+SELECT tributary_embed_column('debian_packages', ARRAY['description'], 'embedding') AS n \gset
+SELECT :n AS rows_embedded,
+       round(extract(epoch FROM clock_timestamp() - :'t0'::timestamptz)::numeric, 1) AS seconds,
+       round(:n / extract(epoch FROM clock_timestamp() - :'t0'::timestamptz)::numeric) AS rows_per_s,
+       (SELECT count(*) FROM debian_packages WHERE embedding IS NULL) AS left_null;
+SQL
+
+cluster_psql <<'SQL'
+\echo == HNSW index (cosine)
+\timing on
+CREATE INDEX IF NOT EXISTS debian_packages_embedding_idx ON debian_packages USING hnsw (embedding vector_cosine_ops);
+\timing off
+ANALYZE debian_packages;
+SQL
+
+for q in 'tool to resize photos' 'time series database' 'play music from the command line' \
+         'encrypt files with a password' 'Japanese input method'; do
+  echo
+  echo "== search: '$q'"
+  cluster_psql -v q="$q" <<'SQL'
+SELECT package, section, round((1 - (embedding <=> tributary_embed(:'q')))::numeric, 3) AS similarity,
+       left(split_part(description, E'\n', 1), 70) AS summary
+FROM debian_packages
+ORDER BY embedding <=> tributary_embed(:'q')
+LIMIT 5;
+SQL
+done
