@@ -44,6 +44,7 @@ regress() {
   local out=/tmp/tributary-test/regress
   rm -rf "$out"; mkdir -p "$out"
   [ "$(id -u)" = 0 ] && chown postgres "$out"
+  cluster_psql -c "DROP DATABASE IF EXISTS tributary_regress" -c "CREATE DATABASE tributary_regress"
   local tests; tests=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | grep -v '^setup$' | tr '\n' ' ')
   /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
     --use-existing --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=tributary_regress \

@@ -48,7 +48,7 @@ pub fn runtime(library: &Path) -> Result<&'static Runtime> {
     let builder = ort::init_from(library)
         .map_err(|e| Error::OrtLibrary { path: library.to_owned(), reason: e.to_string() })?;
     let environment = builder.with_name("tributary").build()?;
-    let version = ort_version(ort::info());
+    let version = library_version(library).unwrap_or_else(|| ort_version(ort::info()));
     Ok(RUNTIME.get_or_init(|| Runtime { library: library.to_owned(), version, environment }))
 }
 
@@ -60,7 +60,24 @@ fn check_same(rt: &'static Runtime, library: &Path) -> Result<&'static Runtime> 
     }
 }
 
-/// Pulls `1.31.1` out of ORT's build info (`... git-branch=rel-1.31.1, ...`).
+/// The library's own version string (`OrtGetApiBase()->GetVersionString()`, e.g. `1.31.1`).
+/// Opening the already-loaded library again only bumps its reference count.
+fn library_version(library: &Path) -> Option<String> {
+    // SAFETY: OrtGetApiBase has this signature in every ONNX Runtime release (onnxruntime_c_api.h)
+    // and returns a static struct; GetVersionString returns a static NUL-terminated string.
+    unsafe {
+        let lib = libloading::Library::new(library).ok()?;
+        let get: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> = lib.get(b"OrtGetApiBase").ok()?;
+        let base = get();
+        if base.is_null() {
+            return None;
+        }
+        let v = ((*base).GetVersionString)();
+        (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned())
+    }
+}
+
+/// Fallback: pulls `1.31.1` out of ORT's build info (`... git-branch=rel-1.31.1, ...`).
 fn ort_version(info: &str) -> String {
     info.split([',', ' '])
         .find_map(|part| part.strip_prefix("git-branch=rel-"))

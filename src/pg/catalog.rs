@@ -106,12 +106,14 @@ thread_local! {
 /// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
     let key = (model.name.clone(), model.embedder_config());
+    // Checked on every call, not only when a session is created: a changed
+    // tributary.ort_library is an error rather than silently ignored.
+    let runtime = engine::model::runtime(&gucs::ort_library())?;
     SESSIONS.with(|cell| {
         let mut sessions = cell.borrow_mut();
         let pos = match sessions.iter().position(|e| e.key == key) {
             Some(p) => p,
             None => {
-                let runtime = engine::model::runtime(&gucs::ort_library())?;
                 let embedder = Embedder::new(runtime, key.1.clone())?;
                 if !embedder.provider_note().is_empty() {
                     pgrx::log!("tributary: model \"{}\" runs on {}: {}", model.name, embedder.provider(), embedder.provider_note());

@@ -7,7 +7,7 @@ INSERT INTO docs VALUES
   (3, NULL, 'A time series database built on PostgreSQL', NULL, NULL),
   (4, 'only a title', NULL, NULL, NULL),
   (5, NULL, NULL, NULL, NULL),                         -- nothing to embed: stays NULL
-  (6, 'already done', 'kept as is', '[1,0,0' || repeat(',0', 381) || ']', NULL);
+  (6, 'already done', 'kept as is', ('[1,0,0' || repeat(',0', 381) || ']')::vector, NULL);
 
 SELECT tributary_embed_column('docs', ARRAY['title', 'body'], 'embedding') AS embedded;
 SELECT id, embedding IS NOT NULL AS has_embedding FROM docs ORDER BY id;
