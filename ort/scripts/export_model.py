@@ -210,7 +210,12 @@ def build_graph(w: dict, s: dict):
         count = node("Max", [node("ReduceSum", [maskf, axes1], keepdims=1), init("const_min_count", np.array(1e-9, dtype=np.float32))])
         pooled = node("Div", [summed, count])
     else:
-        pooled = node("Gather", [x, init("const_zero_i64", np.array(0, dtype=np.int64))], axis=1)
+        # x[:, 0, :] as Slice + Squeeze: ONNX Runtime rewrites a scalar Gather into a Slice that
+        # keeps the axis, so spell out the Squeeze.
+        axis1 = init("const_axes_1c", np.array([1], dtype=np.int64))
+        first = node("Slice", [x, init("const_start_0c", np.array([0], dtype=np.int64)),
+                               init("const_end_1c", np.array([1], dtype=np.int64)), axis1])
+        pooled = node("Squeeze", [first, axis1])
 
     norm = node("Max", [node("ReduceL2", [pooled], axes=[-1], keepdims=1),
                         init("const_min_norm", np.array(1e-12, dtype=np.float32))])

