@@ -270,3 +270,76 @@ mod tests {
         assert_eq!(ort_version("something else"), "something else");
     }
 }
+
+/// Engine tests on the real ONNX Runtime library and the real default model, as prepared by
+/// scripts/setup.sh in this checkout (ort/lib, ort/models).
+#[cfg(test)]
+mod real_model_tests {
+    use super::*;
+
+    fn embedder(max_length: usize) -> Embedder {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let rt = runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).expect("run scripts/setup.sh first");
+        let dir = root.join("ort/models/all-MiniLM-L6-v2");
+        Embedder::new(
+            rt,
+            EmbedderConfig {
+                model_file: dir.join("model.onnx"),
+                tokenizer_file: dir.join("tokenizer.json"),
+                max_length,
+                dimension: 384,
+                provider: ProviderChoice::Cpu,
+                intra_op_threads: 1,
+                gpu_device: 0,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn results_come_back_in_input_order_whatever_the_batching() {
+        let mut e = embedder(256);
+        let long = "tokens ".repeat(400);
+        let texts = ["short", long.as_str(), "", "a medium length sentence about databases", "x y z"];
+        let mut calls = 0;
+        let whole = e.embed(&texts, 1 << 20, &mut || calls += 1).unwrap();
+        assert_eq!(calls, 1, "one ORT run when everything fits the budget");
+        assert_eq!((whole.rows(), whole.dimension), (5, 384));
+        assert_eq!(whole.tokens, whole.padded_tokens.min(whole.tokens));
+        let mut calls = 0;
+        let small = e.embed(&texts, 8, &mut || calls += 1).unwrap();
+        assert_eq!(calls, 5, "a budget below every row runs each row alone");
+        assert_eq!(small.padded_tokens, small.tokens, "no padding when rows run alone");
+        for i in 0..texts.len() {
+            let one = e.embed(&texts[i..=i], 1 << 20, &mut || {}).unwrap();
+            for (a, b) in [(whole.row(i), one.row(0)), (small.row(i), one.row(0))] {
+                let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+                assert!(cos > 0.99999, "text {i}: cosine {cos}");
+            }
+        }
+    }
+
+    #[test]
+    fn truncates_to_max_length() {
+        let e = embedder(16);
+        let toks = e.tokenizer().encode(&["one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"]).unwrap();
+        assert_eq!(toks[0].ids.len(), 16);
+        assert_eq!(e.tokenizer().encode(&[""]).unwrap()[0].ids.len(), 2, "[CLS] [SEP]");
+    }
+
+    #[test]
+    fn missing_model_file_is_a_model_file_error() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let rt = runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).unwrap();
+        let cfg = EmbedderConfig {
+            model_file: "/nonexistent/model.onnx".into(),
+            tokenizer_file: "/nonexistent/tokenizer.json".into(),
+            max_length: 8,
+            dimension: 384,
+            provider: ProviderChoice::Cpu,
+            intra_op_threads: 1,
+            gpu_device: 0,
+        };
+        assert!(matches!(Embedder::new(rt, cfg), Err(Error::ModelFile { .. })));
+    }
+}
