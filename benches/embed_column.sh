@@ -42,7 +42,20 @@ python_json=$(.venv/bin/python benches/python_baseline.py --table bench_python -
 agree=$(cluster_psql -At -c "SELECT round(avg(1 - (a.embedding <=> b.embedding))::numeric, 6) || ' / ' || round(min(1 - (a.embedding <=> b.embedding))::numeric, 6)
   FROM debian_packages a JOIN bench_python b USING (package)")
 
-.venv/bin/python - "$tributary_json" "$python_json" "$agree" <<'PY'
+# tributary.max_batch_tokens sweep: engine batches of tributary_embed(text[]) over 2,000 rows.
+sweep=$(for budget in 2048 4096 8192 16384 32768; do
+  cluster_psql -At <<SQL
+SET tributary.intra_op_threads = $THREADS;
+SET tributary.max_batch_tokens = $budget;
+SELECT tributary_embed('warm up') IS NOT NULL AS warmed \gset
+SELECT array_agg(description ORDER BY package) AS texts FROM (SELECT * FROM debian_packages ORDER BY package LIMIT 2000) s \gset
+SELECT clock_timestamp() AS t0 \gset
+SELECT cardinality(tributary_embed(:'texts'::text[])) AS n \gset
+SELECT $budget || ' ' || :n || ' ' || extract(epoch FROM clock_timestamp() - :'t0'::timestamptz);
+SQL
+done)
+
+.venv/bin/python - "$tributary_json" "$python_json" "$agree" "$sweep" <<'PY'
 import json, os, platform, sys
 t, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
@@ -58,6 +71,14 @@ for name, r in (("tributary_embed_column", t), ("python: onnxruntime + tokenizer
     print(f"| {name} | {r['rows']} | {r['seconds']:.1f} | {rps:.1f} | {tps:.0f} | {rps / base:.2f}x |")
 print()
 print(f"cosine between the two pipelines' vectors (mean / min): {sys.argv[3]}")
+print()
+print("| tributary.max_batch_tokens | rows | seconds | rows/s |")
+print("|---:|---:|---:|---:|")
+for line in sys.argv[4].split("\n"):
+    if line.strip():
+        b, n, sec = line.split()
+        print(f"| {b} | {n} | {float(sec):.1f} | {int(n) / float(sec):.1f} |")
+print()
 if "read_s" in p or "tokenize_s" in p:
     print("python time split: " + ", ".join(f"{k} {v:.1f}s" for k, v in p.items() if k.endswith("_s") and isinstance(v, (int, float))))
 PY

@@ -31,7 +31,7 @@ fn tributary_embed_column(
     columns: Option<Vec<String>>,
     target: Option<&str>,
     model: default!(Option<&str>, "NULL"),
-    batch_size: default!(i32, 256),
+    batch_size: default!(i32, 1024),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         crate::pg::error::raise(TributaryError::NullArgument("tbl, columns and target"));
