@@ -9,8 +9,9 @@ use pgrx::PgRelation;
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::gucs;
+use crate::pg::name::Name;
 
-/// `tributary_embed_column(tbl regclass, columns text[], target text [, model, batch_size])
+/// `tributary_embed_column(tbl regclass, columns text[], target name [, model, batch_size])
 /// → bigint`: embeds every row of `tbl` whose `target` column is NULL and returns the number of
 /// rows embedded.
 ///
@@ -29,14 +30,14 @@ use crate::pg::gucs;
 fn tributary_embed_column(
     tbl: Option<PgRelation>,
     columns: Option<Vec<String>>,
-    target: Option<&str>,
+    target: Option<Name>,
     model: default!(Option<&str>, "NULL"),
     batch_size: default!(i32, 1024),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         crate::pg::error::raise(TributaryError::NullArgument("tbl, columns and target"));
     };
-    embed_column(tbl.oid(), &columns, target, model, batch_size).or_raise()
+    embed_column(tbl.oid(), &columns, &target.0, model, batch_size).or_raise()
 }
 
 fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Option<&str>, batch_size: i32) -> Result<i64> {

@@ -28,10 +28,11 @@ static ORT_LIBRARY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>:
 static MODEL_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `auto`: CUDA when the ORT library has it and a GPU answers, else CPU (the reason is logged).
 static EXECUTION_PROVIDER: GucSetting<ExecutionProvider> = GucSetting::<ExecutionProvider>::new(ExecutionProvider::Auto);
-/// Padded tokens per ONNX Runtime run. 16384 = 64 rows of 256 tokens: on the 2-core CI machine
-/// throughput is flat from about 4k to 32k tokens (BENCHMARKS.md); larger only costs memory
-/// (activations of all-MiniLM-L6-v2 are about 1.5 KiB per token per layer in fp32).
-static MAX_BATCH_TOKENS: GucSetting<i32> = GucSetting::<i32>::new(16384);
+/// Padded tokens per ONNX Runtime run. On the 2-vCPU CPU machine, tributary_embed over 2,000
+/// Debian descriptions ran at 97-103 rows/s with budgets of 512 to 2048 tokens and slowed past
+/// that (90 at 4096, 85 at 16384, 75 at 32768; benches/embed_column.sh, BENCHMARKS.md): larger
+/// batches only add padding and attention memory on a CPU.
+static MAX_BATCH_TOKENS: GucSetting<i32> = GucSetting::<i32>::new(2048);
 /// 0 lets ONNX Runtime use one thread per physical core.
 static INTRA_OP_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// CUDA device ordinal used when the CUDA execution provider runs.

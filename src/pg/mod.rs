@@ -3,4 +3,5 @@
 pub mod catalog;
 pub mod error;
 pub mod gucs;
+pub mod name;
 pub mod vector;
