@@ -12,6 +12,7 @@ THREADS=${2:-$(nproc)}
 [ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh >/dev/null
 source scripts/cluster.sh
 chmod -R a+rX "$ROOT" 2>/dev/null || true
+cluster_destroy bench
 cluster_start bench 55435
 trap 'cluster_stop bench' EXIT
 
@@ -80,5 +81,5 @@ for line in sys.argv[4].split("\n"):
         print(f"| {b} | {n} | {float(sec):.1f} | {int(n) / float(sec):.1f} |")
 print()
 if "read_s" in p or "tokenize_s" in p:
-    print("python time split: " + ", ".join(f"{k} {v:.1f}s" for k, v in p.items() if k.endswith("_s") and isinstance(v, (int, float))))
+    print("python time split: " + ", ".join(f"{k[:-2]} {p[k]:.1f}s" for k in ("read_s", "tokenize_s", "infer_s", "write_s")))
 PY

@@ -9,6 +9,7 @@ cd "$ROOT"
 bash scripts/setup.sh
 source scripts/cluster.sh
 chmod -R a+rX "$ROOT" 2>/dev/null || true
+cluster_destroy demo
 cluster_start demo 55434
 trap 'cluster_stop demo' EXIT
 echo "== cluster: PGHOST=$PGHOST PGPORT=$PGPORT (own data directory, socket and port)"
