@@ -29,10 +29,20 @@ step "export_model (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_expo
 
 # 2. Engine and in-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
 pgrx_test() {
-  local args=(pg15)
-  [ "$(id -u)" = 0 ] && args+=(--runas postgres --pgdata /tmp/tributary-pgrx-test)
+  local args=(pg15) src=$ROOT
+  if [ "$(id -u)" = 0 ]; then
+    args+=(--runas postgres --pgdata /tmp/tributary-pgrx-test)
+    # The postgres user must be able to read the crate; a checkout under a private directory
+    # (such as /root) is copied to /tmp first, build outputs left behind.
+    if ! sudo -u postgres test -r "$ROOT/Cargo.toml"; then
+      src=/tmp/tributary-pgrx-src
+      rm -rf "$src" && mkdir -p "$src"
+      tar -C "$ROOT" --exclude=./target --exclude=./.venv --exclude=./tests/fidelity/target -cf - . | tar -C "$src" -xf -
+      chmod -R a+rX "$src"
+    fi
+  fi
   rm -rf /tmp/tributary-pgrx-test
-  cargo pgrx test "${args[@]}"
+  (cd "$src" && cargo pgrx test "${args[@]}")
 }
 step "cargo pgrx test" pgrx_test
 
