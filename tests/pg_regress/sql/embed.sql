@@ -35,3 +35,9 @@ SELECT tributary_embed(NULL::text[]) IS NULL AS null_array;
 -- Truncation: a 1 MB text works, and equals any other text with the same first 256 tokens.
 SELECT length(repeat('hello world ', 87382)) AS chars,
        (tributary_embed(repeat('hello world ', 87382)) <=> tributary_embed(repeat('hello world ', 300))) < 1e-6 AS truncated;
+
+-- tributary_tokenize: the token ids the model sees, [CLS] and [SEP] included, truncated to 256.
+SELECT tributary_tokenize('') AS empty, tributary_tokenize(NULL) IS NULL AS null_gives_null;
+SELECT tributary_tokenize('PostgreSQL embeddings') AS ids;
+SELECT cardinality(tributary_tokenize(repeat('word ', 100000))) AS truncated_to;
+SELECT expect_error($$SELECT tributary_tokenize('x', 'no-such-model')$$);
