@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
 #   1. model preparation tests (pytest, ort/scripts/test_export.py)
-#   2. engine unit tests (#[test]) and in-backend tests (#[pg_test]) with cargo pgrx test
-#   3. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster
-#   4. integration tests from a client (tests/integration: cancel, progress, concurrency)
-#   5. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
+#   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster
+#   3. integration tests from a client (tests/integration: cancel, progress, concurrency)
+#   4. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
+#   5. engine unit tests (#[test]) and in-backend tests (#[pg_test]) with cargo pgrx test
 # Ends with a line "N passed, N failed".
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +27,7 @@ chmod -R a+rX "$ROOT" 2>/dev/null || true
 # 1. Model preparation.
 step "export_model (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py
 
-# 2. Engine and in-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
+# 5. Engine and in-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
 pgrx_test() {
   local args=(pg15) src=$ROOT
   if [ "$(id -u)" = 0 ]; then
@@ -44,9 +44,8 @@ pgrx_test() {
   rm -rf /tmp/tributary-pgrx-test
   (cd "$src" && cargo pgrx test "${args[@]}")
 }
-step "cargo pgrx test" pgrx_test
 
-# 3-5 share one throwaway cluster.
+# 2-4 share one throwaway cluster.
 cluster_destroy test
 cluster_start test 55433 || { echo "could not start the test cluster"; exit 1; }
 
@@ -84,6 +83,10 @@ fidelity() {
 step "fidelity vs candle" fidelity
 
 cluster_destroy test
+
+# Last, because cargo pgrx test installs its own (debug, pg_test) build of the extension into
+# PostgreSQL 15; the steps above test the release build that scripts/setup.sh installed.
+step "cargo pgrx test" pgrx_test
 echo
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
 echo "$passed passed, $failed failed"

@@ -8,6 +8,9 @@ use crate::pg::catalog;
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::gucs;
 
+/// Precisions a model directory can hold, as `files` keys of tributary.json.
+const PRECISIONS: [&str; 2] = ["fp16", "fp32"];
+
 /// What `ort/scripts/export_model.py` writes beside the model as `tributary.json`.
 #[derive(serde::Deserialize)]
 struct ModelMetadata {
@@ -48,9 +51,13 @@ fn register(name: &str, path: &str, precision: &str) -> Result<()> {
         reason: e.to_string(),
         missing: false,
     })?;
-    let onnx = meta.files.get(precision).ok_or_else(|| TributaryError::InvalidArgument {
-        message: format!("model in \"{}\" has no {precision} graph", dir.display()),
-        hint: Some(format!("tributary.json lists: {}", meta.files.keys().cloned().collect::<Vec<_>>().join(", "))),
+    let mut graphs: Vec<&str> = meta.files.keys().map(String::as_str).filter(|k| PRECISIONS.contains(k)).collect();
+    graphs.sort_unstable();
+    let onnx = meta.files.get(precision).filter(|_| PRECISIONS.contains(&precision)).ok_or_else(|| {
+        TributaryError::InvalidArgument {
+            message: format!("model in \"{}\" has no {precision} graph", dir.display()),
+            hint: Some(format!("Its tributary.json lists: {}.", graphs.join(", "))),
+        }
     })?;
     let tokenizer = meta.files.get("tokenizer").cloned().unwrap_or_else(|| "tokenizer.json".into());
     for f in [onnx, &tokenizer] {
