@@ -11,6 +11,7 @@ SELECT model, precision, execution_provider FROM tributary_info('minilm-fp16');
 SELECT tributary_register_model('minilm-copy', 'all-MiniLM-L6-v2', 'fp32');
 SELECT count(*) AS copies FROM tributary.models WHERE name = 'minilm-copy';
 SELECT expect_error($$SELECT tributary_register_model('minilm-int4', 'all-MiniLM-L6-v2', 'int4')$$);
+SELECT expect_error($$SELECT tributary_register_model('minilm-tok', 'all-MiniLM-L6-v2', 'tokenizer')$$);
 SELECT tributary_drop_model('minilm-copy');
 SELECT tributary_drop_model('minilm-fp16');
 SELECT expect_error($$SELECT tributary_embed('gone', 'minilm-copy')$$);
