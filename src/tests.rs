@@ -78,3 +78,41 @@ fn batch_budget_does_not_change_results() {
     let max_diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
     assert!(max_diff < 1e-4, "padding to other widths changed results by {max_diff}");
 }
+
+#[pg_test]
+fn sessions_view_shows_provider_binding_and_counters() {
+    Spi::run("CREATE EXTENSION IF NOT EXISTS vector").unwrap();
+    catalog::clear_sessions();
+    Spi::run("SELECT tributary_embed(ARRAY['one', 'two', repeat('three ', 40)])").unwrap();
+    let (provider, binding) = Spi::get_two::<String, bool>("SELECT execution_provider, io_binding FROM tributary.sessions").unwrap();
+    assert_eq!(provider.as_deref(), Some("cpu"));
+    assert_eq!(binding, Some(true), "IoBinding on the CPU provider");
+    let (rows, output) = Spi::get_two::<i64, String>("SELECT rows, output_type FROM tributary.sessions").unwrap();
+    assert_eq!(rows, Some(3));
+    assert_eq!(output.as_deref(), Some("float32"));
+    let slot = Spi::get_one::<i32>("SELECT gpu_slot FROM tributary.sessions").unwrap();
+    assert_eq!(slot, None, "no GPU session, no slot");
+    // auto asked for a GPU slot, found no GPU and gave the slot back.
+    let held = Spi::get_one::<i64>("SELECT count(*) FROM tributary.gpu_sessions WHERE pid = pg_backend_pid()").unwrap();
+    assert_eq!(held, Some(0));
+    Spi::run("SET tributary.io_binding = off").unwrap();
+    let note = Spi::get_one::<String>("SELECT io_binding_note FROM tributary.sessions WHERE NOT io_binding").unwrap_or(None);
+    assert_eq!(note, None, "the setting applies to new sessions only: none yet");
+    Spi::run("SELECT tributary_embed('x')").unwrap();
+    let note = Spi::get_one::<String>("SELECT io_binding_note FROM tributary.sessions WHERE NOT io_binding").unwrap();
+    assert!(note.unwrap().contains("off"));
+    Spi::run("RESET tributary.io_binding").unwrap();
+}
+
+#[pg_test]
+fn halfvec_column_gets_halfvec_datums() {
+    Spi::run("CREATE EXTENSION IF NOT EXISTS vector").unwrap();
+    Spi::run("CREATE TABLE hv (id int, body text, e halfvec(384), f vector(384))").unwrap();
+    Spi::run("INSERT INTO hv SELECT g, 'text number ' || g FROM generate_series(1, 20) g").unwrap();
+    let n = Spi::get_one::<i64>("SELECT tributary_embed_column('hv', ARRAY['body'], 'e')").unwrap();
+    assert_eq!(n, Some(20));
+    Spi::run("SELECT tributary_embed_column('hv', ARRAY['body'], 'f')").unwrap();
+    // The halfvec is the vector rounded to fp16: cosine ~1, and values within fp16 rounding.
+    let worst = Spi::get_one::<f64>("SELECT max(e::vector <=> f) FROM hv").unwrap().unwrap();
+    assert!(worst < 1e-5, "halfvec vs vector cosine distance {worst}");
+}

@@ -12,7 +12,7 @@ normalisation, so ONNX Runtime returns finished embeddings:
 
 ONNX Runtime's transformer optimizer (onnxruntime.transformers, model_type "bert") then fuses
 what it recognises (Attention, SkipLayerNormalization, Gelu/BiasGelu, ...), the fused fp32 graph is
-checked against the unfused one, and an fp16 variant (inputs and output kept int32/f32) is written
+checked against the unfused one, and an fp16 variant (int32 inputs, float16 output) is written
 for GPUs. The output directory gets model.onnx, model_fp16.onnx, tokenizer.json and
 tributary.json (what `tributary_register_model()` reads).
 
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-FORMAT = 1
+FORMAT = 2  # 2: the fp16 graph's output is float16 (1: float32)
 DEFAULT_NAME = "all-MiniLM-L6-v2"
 # sha256 of sentence-transformers/all-MiniLM-L6-v2's model.safetensors (same file as the hub's).
 DEFAULT_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -259,6 +259,7 @@ def run(path: Path, feeds: dict):
 def min_cosine(a, b) -> float:
     import numpy as np
 
+    a, b = a.astype(np.float32), b.astype(np.float32)
     a = a / np.linalg.norm(a, axis=1, keepdims=True)
     b = b / np.linalg.norm(b, axis=1, keepdims=True)
     return float((a * b).sum(axis=1).min())
@@ -312,7 +313,9 @@ def export(ckpt: Path, out: Path, name: str, expected_sha: str | None, max_lengt
         files = {"fp32": "model.onnx", "tokenizer": "tokenizer.json"}
         fp16_cos = None
         if fp16:
-            opt.convert_float_to_float16(keep_io_types=True)
+            # The int32 inputs stay int32; the output becomes float16, so that on a GPU a
+            # halfvec column gets the model's own f16 values and half the bytes come back.
+            opt.convert_float_to_float16(keep_io_types=False)
             opt.save_model_to_file(str(tmp / "model_fp16.onnx"))
             fp16_cos = min_cosine(ref, run(tmp / "model_fp16.onnx", feeds))
             if fp16_cos < 0.999:
@@ -339,6 +342,7 @@ def export(ckpt: Path, out: Path, name: str, expected_sha: str | None, max_lengt
         "inputs": ["input_ids", "attention_mask"],
         "input_dtype": "int32",
         "output": "embedding",
+        "output_dtype": {"fp32": "float32"} | ({"fp16": "float16"} if fp16 else {}),
         "fused_operators": fused,
         "check": {"fused_vs_unfused_min_cosine": cos, "fp16_vs_fp32_min_cosine": fp16_cos},
         "sha256": {f: sha256(dest / f) for f in files.values()} | {"source_weights": weights_sha},

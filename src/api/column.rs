@@ -10,6 +10,7 @@ use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::gucs;
 use crate::pg::name::Name;
+use crate::pg::vector::{HalfVec, Vector};
 
 /// `tributary_embed_column(tbl regclass, columns text[], target name [, model, batch_size])
 /// → bigint`: embeds every row of `tbl` whose `target` column is NULL and returns the number of
@@ -82,9 +83,16 @@ fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Optio
             }
             std::mem::forget(cursor);
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors = crate::api::embed::embed_texts(&refs, Some(&model.name))?;
+            let emb = crate::api::embed::embed(&refs, Some(&model.name))?;
             let n = tids.len() as i64;
-            client.update(plan.update_sql.as_str(), None, &[tids.into(), vectors.into()]).map_err(spi_error)?;
+            // Datums of the target's own type: an fp16 graph's output goes into a halfvec bit
+            // for bit, with no round trip through f32 (and no cast in the UPDATE).
+            let vectors: pgrx::datum::DatumWithOid = if plan.halfvec {
+                (0..emb.rows()).map(|i| HalfVec(emb.row_f16(i).into_owned())).collect::<Vec<_>>().into()
+            } else {
+                (0..emb.rows()).map(|i| Vector(emb.row_f32(i).into_owned())).collect::<Vec<_>>().into()
+            };
+            client.update(plan.update_sql.as_str(), None, &[tids.into(), vectors]).map_err(spi_error)?;
             Ok(n)
         })?;
         if n == 0 {
@@ -109,6 +117,8 @@ fn spi_error(e: pgrx::spi::Error) -> TributaryError {
 
 /// The three statements of one call, with identifiers quoted.
 struct Plan {
+    /// The target column is halfvec (else vector).
+    halfvec: bool,
     count_sql: String,
     select_sql: String,
     update_sql: String,
@@ -146,6 +156,7 @@ impl Plan {
         let target = quote_identifier(target);
         let filter = format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", "));
         Ok(Plan {
+            halfvec: typname == "halfvec",
             count_sql: format!("SELECT count(*) FROM {relname} WHERE {filter}"),
             select_sql: format!("SELECT ctid, {text_expr} FROM {relname} WHERE {filter}"),
             update_sql: format!(

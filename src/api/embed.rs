@@ -2,21 +2,29 @@
 
 use pgrx::prelude::*;
 
+use crate::engine::Embeddings;
 use crate::pg::catalog;
 use crate::pg::error::{OrRaise, Result};
 use crate::pg::gucs;
 use crate::pg::vector::Vector;
 
-/// Embeds `texts` with `model` (or `tributary.model`): `[texts.len(), dim] f32`, unit L2 norm,
-/// in input order. Checks for interrupts before every ONNX Runtime run.
-pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vector>> {
+/// Embeds `texts` with `model` (or `tributary.model`): `[texts.len(), dim]` f32 or f16 (as the
+/// graph returns them), unit L2 norm, in input order. Checks for interrupts before every ONNX
+/// Runtime run.
+pub(crate) fn embed(texts: &[&str], model: Option<&str>) -> Result<Embeddings> {
     let model = catalog::model(model)?;
     let emb = catalog::with_embedder(&model, |e| {
         e.embed(texts, gucs::max_batch_tokens(), &mut || {
             pgrx::check_for_interrupts!();
         })
     })??;
-    Ok((0..emb.rows()).map(|i| Vector(emb.row(i).to_vec())).collect())
+    Ok(emb)
+}
+
+/// [`embed`] as pgvector `vector`s (`[dim] f32` each).
+pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vector>> {
+    let emb = embed(texts, model)?;
+    Ok((0..emb.rows()).map(|i| Vector(emb.row_f32(i).into_owned())).collect())
 }
 
 /// `tributary_embed(text [, model]) → vector`: the embedding of one text, `[dim]` f32 with unit

@@ -133,10 +133,10 @@ fn tributary_info(
     let row = catalog::model(model).or_raise();
     let (provider, note, threads, model_file) = catalog::with_embedder(&row, |e| {
         (
-            e.provider().to_string(),
+            e.provider().as_str().to_string(),
             e.provider_note().to_string(),
             e.config().intra_op_threads as i32,
-            e.config().model_file.display().to_string(),
+            e.loaded_file().display().to_string(),
         )
     })
     .or_raise();
@@ -155,3 +155,76 @@ fn tributary_info(
         model_file,
     ))
 }
+
+/// `tributary_sessions() → table`: the model sessions this backend holds (at most 3, least
+/// recently used first) and what each has done: the execution provider actually in use and why
+/// (auto's fallback, or GPU admission sending it to the CPU), the GPU slot held
+/// (`tributary.max_gpu_sessions`), the graph file loaded (the fp16 graph on a GPU), the output
+/// type (`float32` or `float16`), whether runs go through an IoBinding (and if not, why), and
+/// counters since the session was created: ORT runs (batches), rows, tokens and padded tokens,
+/// milliseconds inside ORT runs, and milliseconds spent waiting for tokenization (the part not
+/// overlapped with ORT runs). The `tributary.sessions` view shows the same.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::type_complexity)]
+fn tributary_sessions() -> TableIterator<
+    'static,
+    (
+        name!(model, String),
+        name!(execution_provider, String),
+        name!(provider_note, String),
+        name!(gpu_slot, Option<i32>),
+        name!(model_file, String),
+        name!(output_type, String),
+        name!(io_binding, bool),
+        name!(io_binding_note, String),
+        name!(runs, i64),
+        name!(rows, i64),
+        name!(tokens, i64),
+        name!(padded_tokens, i64),
+        name!(run_ms, f64),
+        name!(tokenize_wait_ms, f64),
+    ),
+> {
+    let mut rows = Vec::new();
+    let slot = crate::pg::gpu::held_slot().map(|s| s as i32);
+    catalog::for_each_session(|name, e, note| {
+        let st = e.stats();
+        let why = [e.provider_note(), note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+        rows.push((
+            name.to_owned(),
+            e.provider().as_str().to_owned(),
+            why,
+            slot.filter(|_| e.provider().is_gpu()),
+            e.loaded_file().display().to_string(),
+            if e.f16_output() { "float16" } else { "float32" }.to_owned(),
+            e.io_binding(),
+            e.io_binding_note().to_owned(),
+            st.runs as i64,
+            st.rows as i64,
+            st.tokens as i64,
+            st.padded_tokens as i64,
+            st.run_time.as_secs_f64() * 1e3,
+            st.tokenize_wait.as_secs_f64() * 1e3,
+        ));
+    });
+    TableIterator::new(rows)
+}
+
+extension_sql!(
+    r#"
+-- This backend's sessions and counters.
+CREATE VIEW tributary.sessions AS SELECT * FROM tributary_sessions();
+GRANT SELECT ON tributary.sessions TO PUBLIC;
+
+-- Backends holding a GPU slot (tributary.max_gpu_sessions), cluster-wide: session-level locks in
+-- PostgreSQL's lock table, class 'trib' (1953655138), database 0.
+CREATE VIEW tributary.gpu_sessions AS
+SELECT l.objid::integer AS slot, l.pid, a.datname, a.usename, a.application_name, a.backend_start, a.state
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.database = 0 AND l.classid = 1953655138 AND l.objsubid = 2 AND l.granted;
+GRANT SELECT ON tributary.gpu_sessions TO PUBLIC;
+"#,
+    name = "views",
+    requires = [tributary_sessions]
+);

@@ -40,9 +40,46 @@ pub fn plan(lengths: &[usize], max_batch_tokens: usize, max_rows: usize) -> (Vec
     (order, batches)
 }
 
+/// Cuts inputs into pipelining windows before they are tokenized: indices ordered by byte length
+/// (longest first, ties in input order), each window holding about `window_tokens` estimated
+/// tokens. The estimate is `bytes / 4 + 2` capped at `max_length` (about 4 bytes per WordPiece
+/// token in English text, plus `[CLS]` and `[SEP]`); it only decides where windows end, the
+/// batches inside a window are planned on exact token counts by [`plan`].
+pub fn windows(byte_lengths: &[usize], max_length: usize, window_tokens: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..byte_lengths.len()).collect();
+    order.sort_by(|&a, &b| byte_lengths[b].cmp(&byte_lengths[a]));
+    let mut out = Vec::new();
+    let mut current = Vec::new();
+    let mut tokens = 0;
+    for i in order {
+        current.push(i);
+        tokens += (byte_lengths[i] / 4 + 2).min(max_length.max(1));
+        if tokens >= window_tokens {
+            out.push(std::mem::take(&mut current));
+            tokens = 0;
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_cover_every_input_once_longest_first() {
+        let bytes = [10, 4000, 0, 37, 37, 900, 5];
+        let w = windows(&bytes, 256, 300);
+        let flat: Vec<usize> = w.iter().flatten().copied().collect();
+        assert_eq!(flat, vec![1, 5, 3, 4, 0, 6, 2], "longest first, ties in input order");
+        // 4000 bytes -> 256 tokens (capped), 900 -> 227: together past 300, closing the first window.
+        assert_eq!(w, vec![vec![1, 5], vec![3, 4, 0, 6, 2]]);
+        assert!(windows(&[], 256, 300).is_empty());
+        assert_eq!(windows(&[1, 2, 3], 256, 1 << 20), vec![vec![2, 1, 0]], "one window when everything fits");
+    }
 
     #[test]
     fn respects_budget_and_covers_every_input_once() {

@@ -2,9 +2,10 @@
 //! of it is usable and testable without PostgreSQL (`cargo test --lib engine`).
 
 pub mod batch;
+pub mod binding;
 pub mod error;
 pub mod model;
 pub mod tokenize;
 
 pub use error::{Error, Result};
-pub use model::{Embedder, EmbedderConfig, Embeddings, ProviderChoice, Runtime};
+pub use model::{Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Values};

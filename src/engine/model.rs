@@ -4,18 +4,23 @@
 //! One [`Embedder`] is an ORT session plus its tokenizer. The PostgreSQL side keeps one per
 //! backend and model (created on first use, never in the postmaster) and reuses it.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
+use half::f16;
 use ort::ep::ExecutionProvider;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::Session;
+use ort::session::{Session, SessionOutputs};
+use ort::value::TensorElementType;
 use ort::value::TensorRef;
 use parking_lot::Mutex;
 
 use super::batch;
+use super::binding::{Bound, HostMemory};
 use super::error::{Error, Result};
-use super::tokenize::TextTokenizer;
+use super::tokenize::{TextTokenizer, Tokens};
 
 /// The ONNX Runtime library this process loaded: where from and its version.
 #[derive(Debug, Clone)]
@@ -85,16 +90,100 @@ fn ort_version(info: &str) -> String {
         .unwrap_or_else(|| info.to_owned())
 }
 
-/// Which execution provider to ask for.
+/// Library name prefixes the CUDA and TensorRT execution providers link against or open at run
+/// time (CUDA 13 runtime, cuBLAS, cuFFT, cuRAND, NVRTC, nvJitLink, cuDNN 9 and its sub-libraries,
+/// TensorRT 10).
+const GPU_LIBRARY_PREFIXES: [&str; 10] =
+    ["libcudart.", "libcublasLt.", "libcublas.", "libcufft.", "libcurand.", "libnvrtc", "libnvJitLink.", "libcudnn", "libnvinfer", "libnvonnxparser"];
+
+static PRELOADED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Loads the CUDA, cuDNN and TensorRT libraries found in `dirs` into this process (`RTLD_GLOBAL`),
+/// so that when ONNX Runtime opens its CUDA provider, the provider's dependencies resolve to them
+/// by soname without `LD_LIBRARY_PATH` in the server's environment. This is what
+/// `onnxruntime.preload_dlls()` does for Python. Libraries that need others are retried until
+/// nothing more loads, so the order in the directory does not matter. Each directory is loaded
+/// once per process; returns what could not be loaded (empty when all went well).
+pub fn preload_libraries(dirs: &[PathBuf]) -> String {
+    let mut done = PRELOADED.lock();
+    let mut pending: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        if done.contains(dir) {
+            continue;
+        }
+        done.push(dir.clone());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return format!("{}: not a readable directory", dir.display());
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.contains(".so") && GPU_LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                pending.push(entry.path());
+            }
+        }
+    }
+    pending.sort();
+    let mut last_errors = Vec::new();
+    while !pending.is_empty() {
+        let before = pending.len();
+        last_errors.clear();
+        pending.retain(|path| {
+            // SAFETY: loading a shared library runs its initialisers; these are NVIDIA's libraries
+            // from a directory a superuser named in tributary.cuda_library_path.
+            match unsafe { libloading::os::unix::Library::open(Some(path), libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL) } {
+                Ok(lib) => {
+                    // Kept for the life of the process, like the provider that uses it.
+                    std::mem::forget(lib);
+                    false
+                }
+                Err(e) => {
+                    last_errors.push(e.to_string());
+                    true
+                }
+            }
+        });
+        if pending.len() == before {
+            break;
+        }
+    }
+    last_errors.join("; ")
+}
+
+/// Which execution provider to ask for (`tributary.execution_provider`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProviderChoice {
     /// CUDA when it loads, else CPU; the reason for falling back is kept in [`Embedder::provider_note`].
     Auto,
     Cpu,
     Cuda,
+    /// TensorRT, with CUDA for the nodes TensorRT does not take.
+    TensorRt,
 }
 
-/// What a session needs: files, shapes and threads.
+/// The execution provider a session actually runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Cpu,
+    Cuda,
+    TensorRt,
+}
+
+impl Provider {
+    /// `cpu`, `cuda` or `tensorrt`, as in `tributary.execution_provider`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda => "cuda",
+            Provider::TensorRt => "tensorrt",
+        }
+    }
+
+    pub fn is_gpu(self) -> bool {
+        self != Provider::Cpu
+    }
+}
+
+/// What a session needs: files, shapes, provider and threads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EmbedderConfig {
     pub model_file: PathBuf,
@@ -107,13 +196,50 @@ pub struct EmbedderConfig {
     /// ORT intra-op threads; 0 lets ORT use one per physical core.
     pub intra_op_threads: usize,
     pub gpu_device: i32,
+    /// The graph to load instead of `model_file` when the session runs on a GPU (the model's
+    /// fp16 graph); `None` loads `model_file` everywhere.
+    pub gpu_model_file: Option<PathBuf>,
+    /// CUDA memory arena limit in MiB (CUDA provider option `gpu_mem_limit`); 0 = no limit.
+    pub gpu_memory_limit_mb: usize,
+    /// Where TensorRT keeps its engine and timing caches.
+    pub tensorrt_cache_dir: Option<PathBuf>,
+    /// Run through an IoBinding with reused host buffers (falls back to plain runs if binding fails).
+    pub io_binding: bool,
 }
 
-/// `[rows, dimension]` f32 embeddings in input order, row-major, plus what it cost.
-#[derive(Debug, Clone, Default)]
+impl EmbedderConfig {
+    /// A configuration with the defaults of the settings: auto provider, ORT's thread count,
+    /// device 0, no GPU graph, no memory limit, IoBinding on.
+    pub fn new(model_file: PathBuf, tokenizer_file: PathBuf, max_length: usize, dimension: usize) -> Self {
+        EmbedderConfig {
+            model_file,
+            tokenizer_file,
+            max_length,
+            dimension,
+            provider: ProviderChoice::Auto,
+            intra_op_threads: 0,
+            gpu_device: 0,
+            gpu_model_file: None,
+            gpu_memory_limit_mb: 0,
+            tensorrt_cache_dir: None,
+            io_binding: true,
+        }
+    }
+}
+
+/// Embedding values as the model returns them: f32 from fp32 graphs, f16 from fp16 graphs
+/// exported with an fp16 output.
+#[derive(Debug, Clone)]
+pub enum Values {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+/// `[rows, dimension]` embeddings in input order, row-major, plus what they cost.
+#[derive(Debug, Clone)]
 pub struct Embeddings {
     pub dimension: usize,
-    pub data: Vec<f32>,
+    pub values: Values,
     /// Real (non-padding) tokens fed to the model.
     pub tokens: usize,
     /// Tokens including padding (rows * padded width, summed over batches).
@@ -122,78 +248,211 @@ pub struct Embeddings {
 }
 
 impl Embeddings {
-    /// Row `i` as a `[dimension]` slice.
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dimension..(i + 1) * self.dimension]
+    fn zeroed(dimension: usize, rows: usize, f16_output: bool) -> Self {
+        let values = if f16_output { Values::F16(vec![f16::ZERO; rows * dimension]) } else { Values::F32(vec![0.0; rows * dimension]) };
+        Embeddings { dimension, values, tokens: 0, padded_tokens: 0, batches: 0 }
     }
 
     pub fn rows(&self) -> usize {
-        self.data.len().checked_div(self.dimension).unwrap_or(0)
+        let len = match &self.values {
+            Values::F32(v) => v.len(),
+            Values::F16(v) => v.len(),
+        };
+        len.checked_div(self.dimension).unwrap_or(0)
     }
+
+    /// Row `i` as `[dimension]` f32 (converted when the model returned f16).
+    pub fn row_f32(&self, i: usize) -> Cow<'_, [f32]> {
+        let r = i * self.dimension..(i + 1) * self.dimension;
+        match &self.values {
+            Values::F32(v) => Cow::Borrowed(&v[r]),
+            Values::F16(v) => Cow::Owned(v[r].iter().map(|x| x.to_f32()).collect()),
+        }
+    }
+
+    /// Row `i` as `[dimension]` f16 (converted, rounding to nearest, when the model returned f32).
+    pub fn row_f16(&self, i: usize) -> Cow<'_, [f16]> {
+        let r = i * self.dimension..(i + 1) * self.dimension;
+        match &self.values {
+            Values::F16(v) => Cow::Borrowed(&v[r]),
+            Values::F32(v) => Cow::Owned(v[r].iter().map(|&x| f16::from_f32(x)).collect()),
+        }
+    }
+
+    /// Whether the model returned f16 (so a halfvec needs no conversion).
+    pub fn is_f16(&self) -> bool {
+        matches!(self.values, Values::F16(_))
+    }
+}
+
+/// What a session has done since it was created (shown by `tributary_sessions()`).
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// ORT runs (batches).
+    pub runs: u64,
+    pub rows: u64,
+    /// Real tokens, and tokens including padding.
+    pub tokens: u64,
+    pub padded_tokens: u64,
+    /// Time inside ORT runs (binding, host/device copies and the model).
+    pub run_time: Duration,
+    /// Time the calling thread waited for tokenization (the part not hidden behind ORT runs).
+    pub tokenize_wait: Duration,
 }
 
 /// An ONNX Runtime session for one embedding model with its tokenizer.
 ///
 /// The model takes `input_ids`, `attention_mask` as `[batch, seq] int32` and returns
-/// `[batch, dimension] f32` (pooling and L2 normalisation are inside the graph; see
+/// `[batch, dimension]` f32 or f16 (pooling and L2 normalisation are inside the graph; see
 /// `ort/scripts/export_model.py`).
 pub struct Embedder {
     session: Session,
     tokenizer: TextTokenizer,
     config: EmbedderConfig,
-    provider: &'static str,
+    provider: Provider,
     provider_note: String,
-    // Reused across batches so that steady-state runs allocate nothing for inputs.
+    /// The graph file the session loaded (`model_file`, or `gpu_model_file` on a GPU).
+    loaded_file: PathBuf,
+    f16_output: bool,
+    input_names: [String; 2],
+    binding: Option<Bound>,
+    binding_note: String,
+    stats: Stats,
+    // Reused across batches by plain (unbound) runs.
     ids: Vec<i32>,
     mask: Vec<i32>,
 }
+
+/// Tokens per pipelining window, as a multiple of the batch budget: the next window is tokenized
+/// on other threads while this one runs. Four batches per window keep the length sort within a
+/// window fine-grained enough while tokenization stays ahead.
+const WINDOW_BATCHES: usize = 4;
 
 impl Embedder {
     /// Creates the session and tokenizer in the loaded [`runtime`].
     ///
     /// Errors: [`Error::ModelFile`] for a missing ONNX or tokenizer file, [`Error::Provider`]
-    /// when `Cuda` was asked for and cannot be used, [`Error::Ort`] when ORT rejects the model.
+    /// (with ONNX Runtime's reason) when `Cuda` or `TensorRt` was asked for and cannot be used,
+    /// [`Error::Ort`] when ORT rejects the model.
     pub fn new(runtime: &Runtime, config: EmbedderConfig) -> Result<Self> {
-        if !config.model_file.is_file() {
-            return Err(Error::ModelFile { path: config.model_file.clone(), reason: "no such file".into() });
-        }
         let tokenizer = TextTokenizer::from_file(&config.tokenizer_file, config.max_length)?;
-        let (session, provider, provider_note) = match config.provider {
-            ProviderChoice::Cpu => (Self::session(runtime, &config, false)?, "cpu", String::new()),
-            ProviderChoice::Cuda => match Self::session(runtime, &config, true) {
-                Ok(s) => (s, "cuda", String::new()),
-                Err(e) => return Err(Error::Provider { provider: "cuda", reason: e.to_string() }),
-            },
-            ProviderChoice::Auto => match Self::session(runtime, &config, true) {
-                Ok(s) => (s, "cuda", String::new()),
-                Err(e) => (Self::session(runtime, &config, false)?, "cpu", format!("cuda unavailable: {e}")),
+        let explicit = |p: Provider| match Self::session(runtime, &config, p) {
+            Err(Error::Ort(reason)) => Err(Error::Provider { provider: p.as_str(), reason }),
+            other => other.map(|(s, f)| (s, f, p, String::new())),
+        };
+        let (session, loaded_file, provider, provider_note) = match config.provider {
+            ProviderChoice::Cpu => explicit(Provider::Cpu)?,
+            ProviderChoice::Cuda => explicit(Provider::Cuda)?,
+            ProviderChoice::TensorRt => explicit(Provider::TensorRt)?,
+            ProviderChoice::Auto => match Self::session(runtime, &config, Provider::Cuda) {
+                Ok((s, f)) => (s, f, Provider::Cuda, String::new()),
+                Err(e) => {
+                    let (s, f) = Self::session(runtime, &config, Provider::Cpu)?;
+                    (s, f, Provider::Cpu, format!("cuda unavailable: {e}"))
+                }
             },
         };
-        Ok(Embedder { session, tokenizer, config, provider, provider_note, ids: Vec::new(), mask: Vec::new() })
+        let output = session.outputs().first().ok_or_else(|| Error::ModelMismatch("the model has no output".into()))?;
+        let f16_output = match output.dtype().tensor_type() {
+            Some(TensorElementType::Float32) => false,
+            Some(TensorElementType::Float16) => true,
+            other => return Err(Error::ModelMismatch(format!("output \"{}\" is {other:?}, expected float32 or float16", output.name()))),
+        };
+        let output_name = output.name().to_owned();
+        let inputs = session.inputs();
+        if inputs.len() != 2 {
+            return Err(Error::ModelMismatch(format!("expected 2 inputs (input_ids, attention_mask), the model has {}", inputs.len())));
+        }
+        let input_names = [inputs[0].name().to_owned(), inputs[1].name().to_owned()];
+        let (binding, binding_note) = if config.io_binding {
+            let memory = if provider.is_gpu() { HostMemory::Pinned { device: config.gpu_device } } else { HostMemory::Cpu };
+            match Bound::new(&session, memory, &output_name, 4096) {
+                Ok(b) => (Some(b), String::new()),
+                Err(e) => (None, format!("io binding unavailable, plain runs: {e}")),
+            }
+        } else {
+            (None, "io binding off (tributary.io_binding)".to_owned())
+        };
+        Ok(Embedder {
+            session,
+            tokenizer,
+            config,
+            provider,
+            provider_note,
+            loaded_file,
+            f16_output,
+            input_names,
+            binding,
+            binding_note,
+            stats: Stats::default(),
+            ids: Vec::new(),
+            mask: Vec::new(),
+        })
     }
 
-    fn session(runtime: &Runtime, config: &EmbedderConfig, cuda: bool) -> Result<Session> {
+    fn session(runtime: &Runtime, config: &EmbedderConfig, provider: Provider) -> Result<(Session, PathBuf)> {
+        let file = match (&config.gpu_model_file, provider.is_gpu()) {
+            (Some(f), true) => f.clone(),
+            _ => config.model_file.clone(),
+        };
+        if !file.is_file() {
+            return Err(Error::ModelFile { path: file, reason: "no such file".into() });
+        }
         let mut builder = Session::builder(&runtime.environment)?
             .with_optimization_level(GraphOptimizationLevel::Level3)?
             .with_inter_threads(1)?;
         if config.intra_op_threads > 0 {
             builder = builder.with_intra_threads(config.intra_op_threads)?;
         }
-        if cuda {
-            if !ort::ep::CUDA::is_available()? {
-                return Err(Error::Ort("this ONNX Runtime library was built without the CUDA execution provider".into()));
+        let cuda = || {
+            let mut ep = ort::ep::CUDA::default().with_device_id(config.gpu_device);
+            if config.gpu_memory_limit_mb > 0 {
+                ep = ep.with_memory_limit(config.gpu_memory_limit_mb << 20);
             }
-            ort::ep::CUDA::default().with_device_id(config.gpu_device).register(&mut builder)?;
+            ep
+        };
+        match provider {
+            Provider::Cpu => {}
+            Provider::Cuda => {
+                if !ort::ep::CUDA::is_available()? {
+                    return Err(Error::Ort(format!("{} was built without the CUDA execution provider", runtime.library.display())));
+                }
+                cuda().register(&mut builder)?;
+            }
+            Provider::TensorRt => {
+                if !ort::ep::TensorRT::is_available()? {
+                    return Err(Error::Ort(format!("{} was built without the TensorRT execution provider", runtime.library.display())));
+                }
+                let mut trt = ort::ep::TensorRT::default()
+                    .with_device_id(config.gpu_device)
+                    .with_fp16(true)
+                    .with_engine_cache(true)
+                    .with_timing_cache(true);
+                if let Some(dir) = &config.tensorrt_cache_dir {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| Error::Ort(format!("cannot create the TensorRT cache directory {}: {e}", dir.display())))?;
+                    trt = trt.with_engine_cache_path(dir.display()).with_timing_cache_path(dir.display());
+                }
+                trt.register(&mut builder)?;
+                // Nodes TensorRT does not take run on CUDA rather than on the CPU.
+                cuda().register(&mut builder)?;
+            }
         }
-        Ok(builder.commit_from_file(&config.model_file)?)
+        Ok((builder.commit_from_file(&file)?, file))
     }
 
     /// Embeds `texts`: tokenize (truncating to `max_length`), sort by length, cut batches of at
     /// most `max_batch_tokens` padded tokens, run each, and return `[texts.len(), dimension]`
     /// in input order.
     ///
+    /// Pipelined: texts are ordered by byte length and cut into windows of about
+    /// `4 * max_batch_tokens` tokens; while ORT runs the batches of one window on the calling
+    /// thread, the next window is tokenized on another thread (itself spreading the work over
+    /// HF tokenizers' thread pool). Within a window, batches are planned on exact token lengths.
+    ///
     /// `between_batches` runs on the calling thread before every ORT run; the PostgreSQL side
-    /// checks for interrupts there, so a cancel stops the work within one batch.
+    /// checks for interrupts there, so a cancel stops the work within one batch. No other thread
+    /// calls back into the caller.
     pub fn embed(
         &mut self,
         texts: &[&str],
@@ -201,53 +460,140 @@ impl Embedder {
         between_batches: &mut dyn FnMut(),
     ) -> Result<Embeddings> {
         let dim = self.config.dimension;
-        let tokens = self.tokenizer.encode(texts)?;
-        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
-        let (order, batches) = batch::plan(&lengths, max_batch_tokens, 0);
-        let mut out = Embeddings { dimension: dim, data: vec![0.0; texts.len() * dim], ..Default::default() };
-        let pad = self.tokenizer.pad_id();
-        for b in &batches {
-            between_batches();
-            let rows = &order[b.range.clone()];
-            let (n, seq) = (rows.len(), b.seq_len);
-            self.ids.clear();
-            self.mask.clear();
-            for &i in rows {
-                let ids = &tokens[i].ids;
-                self.ids.extend_from_slice(ids);
-                self.ids.extend(std::iter::repeat_n(pad, seq - ids.len()));
-                self.mask.extend(std::iter::repeat_n(1, ids.len()));
-                self.mask.extend(std::iter::repeat_n(0, seq - ids.len()));
-                out.tokens += ids.len();
-            }
-            out.padded_tokens += n * seq;
-            out.batches += 1;
-            let shape = [n as i64, seq as i64];
-            let ids = TensorRef::from_array_view((shape, &self.ids[..]))?;
-            let mask = TensorRef::from_array_view((shape, &self.mask[..]))?;
-            let outputs = self.session.run(ort::inputs![ids, mask])?;
-            let (out_shape, values) = outputs[0].try_extract_tensor::<f32>()?;
-            if values.len() != n * dim {
-                return Err(Error::ModelMismatch(format!(
-                    "expected [{n}, {dim}] from the model, got {:?}",
-                    &**out_shape
-                )));
-            }
-            for (k, &i) in rows.iter().enumerate() {
-                out.data[i * dim..(i + 1) * dim].copy_from_slice(&values[k * dim..(k + 1) * dim]);
-            }
+        let mut out = Embeddings::zeroed(dim, texts.len(), self.f16_output);
+        if texts.is_empty() {
+            return Ok(out);
         }
+        let bytes: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+        let windows = batch::windows(&bytes, self.config.max_length, max_batch_tokens.max(1) * WINDOW_BATCHES);
+        let Embedder { session, tokenizer, binding, binding_note, stats, ids, mask, input_names, .. } = self;
+        let tokenizer: &TextTokenizer = tokenizer;
+        let pad = tokenizer.pad_id();
+        let encode = |w: &[usize]| tokenizer.encode(&w.iter().map(|&i| texts[i]).collect::<Vec<_>>());
+        std::thread::scope(|scope| -> Result<()> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Tokens>>>(1);
+            if windows.len() > 1 {
+                let rest = &windows[1..];
+                scope.spawn(move || {
+                    for w in rest {
+                        // A closed channel means the caller stopped (error or cancel): stop too.
+                        if tx.send(encode(w)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            } else {
+                drop(tx);
+            }
+            for (k, window) in windows.iter().enumerate() {
+                let waited = Instant::now();
+                let tokens = if k == 0 {
+                    encode(window)?
+                } else {
+                    rx.recv().map_err(|_| Error::Tokenizer("the tokenizer thread stopped".into()))??
+                };
+                stats.tokenize_wait += waited.elapsed();
+                let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
+                let (order, batches) = batch::plan(&lengths, max_batch_tokens, 0);
+                for b in &batches {
+                    between_batches();
+                    let rows: Vec<usize> = order[b.range.clone()].to_vec();
+                    let (n, seq) = (rows.len(), b.seq_len);
+                    let fill = |ids: &mut [i32], mask: &mut [i32]| {
+                        for (r, &i) in rows.iter().enumerate() {
+                            let t = &tokens[i].ids;
+                            let (row_ids, row_mask) = (&mut ids[r * seq..(r + 1) * seq], &mut mask[r * seq..(r + 1) * seq]);
+                            row_ids[..t.len()].copy_from_slice(t);
+                            row_ids[t.len()..].fill(pad);
+                            row_mask[..t.len()].fill(1);
+                            row_mask[t.len()..].fill(0);
+                        }
+                    };
+                    // Input position -> where its vector goes in `out`.
+                    let dest: Vec<usize> = rows.iter().map(|&i| window[i]).collect();
+                    let started = Instant::now();
+                    let bound = match binding.as_mut() {
+                        Some(bound) => {
+                            let names = [input_names[0].as_str(), input_names[1].as_str()];
+                            Some(bound.run(session, names, n, seq, fill).and_then(|o| scatter(&o, n, dim, &dest, &mut out)))
+                        }
+                        None => None,
+                    };
+                    match bound {
+                        Some(Ok(())) => {}
+                        other => {
+                            if let Some(Err(e)) = other {
+                                // Binding failed: plain runs from now on, and say so in the stats.
+                                *binding = None;
+                                *binding_note = format!("io binding failed, plain runs since: {e}");
+                            }
+                            ids.resize(n * seq, 0);
+                            mask.resize(n * seq, 0);
+                            let fill = |ids: &mut [i32], mask: &mut [i32]| {
+                                for (r, &i) in rows.iter().enumerate() {
+                                    let t = &tokens[i].ids;
+                                    ids[r * seq..r * seq + t.len()].copy_from_slice(t);
+                                    ids[r * seq + t.len()..(r + 1) * seq].fill(pad);
+                                    mask[r * seq..r * seq + t.len()].fill(1);
+                                    mask[r * seq + t.len()..(r + 1) * seq].fill(0);
+                                }
+                            };
+                            fill(&mut ids[..], &mut mask[..]);
+                            let shape = [n as i64, seq as i64];
+                            let ids_t = TensorRef::from_array_view((shape, &ids[..]))?;
+                            let mask_t = TensorRef::from_array_view((shape, &mask[..]))?;
+                            let outputs = session.run(ort::inputs![ids_t, mask_t])?;
+                            scatter(&outputs, n, dim, &dest, &mut out)?;
+                        }
+                    }
+                    stats.run_time += started.elapsed();
+                    let real: usize = rows.iter().map(|&i| tokens[i].ids.len()).sum();
+                    stats.runs += 1;
+                    stats.rows += n as u64;
+                    stats.tokens += real as u64;
+                    stats.padded_tokens += (n * seq) as u64;
+                    out.tokens += real;
+                    out.padded_tokens += n * seq;
+                    out.batches += 1;
+                }
+            }
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// The execution provider this session runs on: `cpu` or `cuda`.
-    pub fn provider(&self) -> &'static str {
+    /// The execution provider this session runs on.
+    pub fn provider(&self) -> Provider {
         self.provider
     }
 
     /// Why `auto` fell back to CPU, or empty.
     pub fn provider_note(&self) -> &str {
         &self.provider_note
+    }
+
+    /// Whether runs go through an IoBinding now.
+    pub fn io_binding(&self) -> bool {
+        self.binding.is_some()
+    }
+
+    /// Why runs do not go through an IoBinding (off, unavailable, or failed and fell back), or empty.
+    pub fn io_binding_note(&self) -> &str {
+        &self.binding_note
+    }
+
+    /// The graph file the session loaded.
+    pub fn loaded_file(&self) -> &Path {
+        &self.loaded_file
+    }
+
+    /// Whether the model returns f16 embeddings.
+    pub fn f16_output(&self) -> bool {
+        self.f16_output
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     pub fn config(&self) -> &EmbedderConfig {
@@ -257,6 +603,27 @@ impl Embedder {
     pub fn tokenizer(&self) -> &TextTokenizer {
         &self.tokenizer
     }
+}
+
+/// Copies the `[n, dim]` output of one run into `out`, row `k` to row `dest[k]`.
+fn scatter(outputs: &SessionOutputs<'_>, n: usize, dim: usize, dest: &[usize], out: &mut Embeddings) -> Result<()> {
+    let value = &outputs[0];
+    macro_rules! copy {
+        ($t:ty, $v:expr) => {{
+            let (shape, src) = value.try_extract_tensor::<$t>()?;
+            if src.len() != n * dim {
+                return Err(Error::ModelMismatch(format!("expected [{n}, {dim}] from the model, got {:?}", &**shape)));
+            }
+            for (k, &d) in dest.iter().enumerate() {
+                $v[d * dim..(d + 1) * dim].copy_from_slice(&src[k * dim..(k + 1) * dim]);
+            }
+        }};
+    }
+    match &mut out.values {
+        Values::F32(v) => copy!(f32, v),
+        Values::F16(v) => copy!(f16, v),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -277,23 +644,118 @@ mod tests {
 mod real_model_tests {
     use super::*;
 
-    fn embedder(max_length: usize) -> Embedder {
+    fn config(max_length: usize) -> EmbedderConfig {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2");
+        let mut c = EmbedderConfig::new(dir.join("model.onnx"), dir.join("tokenizer.json"), max_length, 384);
+        c.provider = ProviderChoice::Cpu;
+        c.intra_op_threads = 1;
+        c
+    }
+
+    fn rt() -> &'static Runtime {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let rt = runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).expect("run scripts/setup.sh first");
-        let dir = root.join("ort/models/all-MiniLM-L6-v2");
-        Embedder::new(
-            rt,
-            EmbedderConfig {
-                model_file: dir.join("model.onnx"),
-                tokenizer_file: dir.join("tokenizer.json"),
-                max_length,
-                dimension: 384,
-                provider: ProviderChoice::Cpu,
-                intra_op_threads: 1,
-                gpu_device: 0,
-            },
-        )
-        .unwrap()
+        runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).expect("run scripts/setup.sh first")
+    }
+
+    fn embedder(max_length: usize) -> Embedder {
+        Embedder::new(rt(), config(max_length)).unwrap()
+    }
+
+    fn min_cosine(a: &Embeddings, b: &Embeddings) -> f32 {
+        assert_eq!(a.rows(), b.rows());
+        (0..a.rows())
+            .map(|i| a.row_f32(i).iter().zip(b.row_f32(i).iter()).map(|(x, y)| x * y).sum::<f32>())
+            .fold(f32::MAX, f32::min)
+    }
+
+    fn corpus() -> Vec<String> {
+        // Mixed lengths, from empty to past max_length, in no particular order.
+        (0..120).map(|i| "word ".repeat((i * 37) % 300) + &format!("row {i}")).collect()
+    }
+
+    #[test]
+    fn io_binding_and_plain_runs_agree() {
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut bound = embedder(256);
+        assert!(bound.io_binding(), "CPU IoBinding should work: {}", bound.io_binding_note());
+        let mut plain_cfg = config(256);
+        plain_cfg.io_binding = false;
+        let mut plain = Embedder::new(rt(), plain_cfg).unwrap();
+        assert!(!plain.io_binding());
+        assert!(plain.io_binding_note().contains("off"));
+        let a = bound.embed(&refs, 2048, &mut || {}).unwrap();
+        let b = plain.embed(&refs, 2048, &mut || {}).unwrap();
+        assert_eq!(a.batches, b.batches);
+        assert!(a.batches > 1);
+        let cos = min_cosine(&a, &b);
+        assert!(cos > 0.99999, "bound vs plain min cosine {cos}");
+        assert_eq!(bound.stats().rows, 120);
+        assert!(bound.io_binding(), "still bound after many batches of different shapes");
+    }
+
+    #[test]
+    fn pipelined_windows_give_the_same_vectors_in_input_order() {
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut e = embedder(256);
+        // A budget of 256 tokens makes windows of ~1024 tokens: dozens of windows, each
+        // tokenized on the producer thread while the previous one runs.
+        let windows = batch::windows(&refs.iter().map(|t| t.len()).collect::<Vec<_>>(), 256, 256 * WINDOW_BATCHES);
+        assert!(windows.len() > 10, "{} windows", windows.len());
+        let mut runs = 0;
+        let piped = e.embed(&refs, 256, &mut || runs += 1).unwrap();
+        assert_eq!(runs, piped.batches);
+        let whole = e.embed(&refs, 1 << 22, &mut || {}).unwrap();
+        assert_eq!(whole.batches, 1);
+        let cos = min_cosine(&piped, &whole);
+        assert!(cos > 0.99999, "pipelined vs one batch min cosine {cos}");
+        for i in [0, 17, 119] {
+            let one = e.embed(&refs[i..=i], 1 << 20, &mut || {}).unwrap();
+            let c: f32 = one.row_f32(0).iter().zip(piped.row_f32(i).iter()).map(|(x, y)| x * y).sum();
+            assert!(c > 0.99999, "row {i}: {c}");
+        }
+    }
+
+    #[test]
+    fn fp16_graph_returns_f16_close_to_fp32() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2");
+        let mut cfg = config(256);
+        cfg.model_file = dir.join("model_fp16.onnx");
+        let mut half = Embedder::new(rt(), cfg).unwrap();
+        assert!(half.f16_output(), "export_model.py writes the fp16 graph with an fp16 output");
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().take(40).map(String::as_str).collect();
+        let h = half.embed(&refs, 2048, &mut || {}).unwrap();
+        assert!(h.is_f16());
+        let f = embedder(256).embed(&refs, 2048, &mut || {}).unwrap();
+        assert!(!f.is_f16());
+        let cos = min_cosine(&h, &f);
+        assert!(cos > 0.999, "fp16 vs fp32 min cosine {cos}");
+        // f32 -> f16 for a halfvec: the same values as the model's own f16 to within fp16 rounding.
+        assert_eq!(f.row_f16(3).len(), 384);
+    }
+
+    #[test]
+    fn explicit_gpu_providers_fail_with_the_reason_on_a_cpu_build() {
+        for (choice, name) in [(ProviderChoice::Cuda, "cuda"), (ProviderChoice::TensorRt, "tensorrt")] {
+            let mut cfg = config(256);
+            cfg.provider = choice;
+            match Embedder::new(rt(), cfg) {
+                Err(Error::Provider { provider, reason }) => {
+                    assert_eq!(provider, name);
+                    assert!(reason.contains("built without"), "{reason}");
+                }
+                Ok(e) => assert!(e.provider().is_gpu(), "a GPU build on a GPU machine"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let mut cfg = config(256);
+        cfg.provider = ProviderChoice::Auto;
+        let e = Embedder::new(rt(), cfg).unwrap();
+        if e.provider() == Provider::Cpu {
+            assert!(e.provider_note().starts_with("cuda unavailable"), "{}", e.provider_note());
+        }
     }
 
     #[test]
@@ -312,8 +774,8 @@ mod real_model_tests {
         assert_eq!(small.padded_tokens, small.tokens, "no padding when rows run alone");
         for i in 0..texts.len() {
             let one = e.embed(&texts[i..=i], 1 << 20, &mut || {}).unwrap();
-            for (a, b) in [(whole.row(i), one.row(0)), (small.row(i), one.row(0))] {
-                let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            for (a, b) in [(whole.row_f32(i), one.row_f32(0)), (small.row_f32(i), one.row_f32(0))] {
+                let cos: f32 = a.iter().zip(b.iter()).map(|(x, y)| x * y).sum();
                 assert!(cos > 0.99999, "text {i}: cosine {cos}");
             }
         }
@@ -331,15 +793,8 @@ mod real_model_tests {
     fn missing_model_file_is_a_model_file_error() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let rt = runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).unwrap();
-        let cfg = EmbedderConfig {
-            model_file: "/nonexistent/model.onnx".into(),
-            tokenizer_file: "/nonexistent/tokenizer.json".into(),
-            max_length: 8,
-            dimension: 384,
-            provider: ProviderChoice::Cpu,
-            intra_op_threads: 1,
-            gpu_device: 0,
-        };
+        let mut cfg = EmbedderConfig::new("/nonexistent/model.onnx".into(), root.join("ort/models/all-MiniLM-L6-v2/tokenizer.json"), 8, 384);
+        cfg.provider = ProviderChoice::Cpu;
         assert!(matches!(Embedder::new(rt, cfg), Err(Error::ModelFile { .. })));
     }
 }

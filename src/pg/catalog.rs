@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use pgrx::prelude::*;
 
 use super::error::{Result, TributaryError};
-use super::gucs;
-use crate::engine::{self, Embedder, EmbedderConfig};
+use super::{gpu, gucs};
+use crate::engine::{self, Embedder, EmbedderConfig, ProviderChoice};
 
 /// One row of `tributary.models`.
 #[derive(Debug, Clone)]
@@ -44,7 +44,24 @@ impl ModelRow {
             provider: gucs::execution_provider(),
             intra_op_threads: gucs::intra_op_threads(),
             gpu_device: gucs::gpu_device(),
+            // Filled in when a session is created (it reads tributary.json); see `with_embedder`.
+            gpu_model_file: None,
+            gpu_memory_limit_mb: gucs::gpu_memory_limit_mb(),
+            tensorrt_cache_dir: Some(gucs::tensorrt_cache_path()),
+            io_binding: gucs::io_binding(),
         }
+    }
+
+    /// The model's fp16 graph (`files.fp16` of its tributary.json) when this row is an fp32 graph
+    /// and that file exists; the GPU runs it instead when `tributary.gpu_fp16` is on.
+    pub fn fp16_file(&self) -> Option<PathBuf> {
+        if self.precision != "fp32" {
+            return None;
+        }
+        let dir = self.dir();
+        let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tributary.json")).ok()?).ok()?;
+        let file = dir.join(meta.get("files")?.get("fp16")?.as_str()?);
+        file.is_file().then_some(file)
     }
 }
 
@@ -91,9 +108,14 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
 /// fp32), so the cache is small; the least recently used session is dropped first.
 const MAX_SESSIONS: usize = 3;
 
+/// (model name, session settings, tributary.gpu_fp16)
+type Key = (String, EmbedderConfig, bool);
+
 struct Entry {
-    key: (String, EmbedderConfig),
+    key: Key,
     embedder: Embedder,
+    /// Why the session is not on the GPU though a GPU provider was asked for (admission), or empty.
+    note: String,
 }
 
 thread_local! {
@@ -105,7 +127,7 @@ thread_local! {
 /// Runs `f` with this backend's session for `model`, creating it on first use (and loading
 /// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
-    let key = (model.name.clone(), model.embedder_config());
+    let key: Key = (model.name.clone(), model.embedder_config(), gucs::gpu_fp16());
     // Checked on every call, not only when a session is created: a changed
     // tributary.ort_library is an error rather than silently ignored.
     let runtime = engine::model::runtime(&gucs::ort_library())?;
@@ -114,16 +136,18 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
         let pos = match sessions.iter().position(|e| e.key == key) {
             Some(p) => p,
             None => {
-                let embedder = Embedder::new(runtime, key.1.clone())?;
-                if !embedder.provider_note().is_empty() {
-                    pgrx::log!("tributary: model \"{}\" runs on {}: {}", model.name, embedder.provider(), embedder.provider_note());
+                let (embedder, note) = create(runtime, model, &key, &sessions)?;
+                let provider = embedder.provider().as_str();
+                let why = [embedder.provider_note(), note.as_str()].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+                if why.is_empty() {
+                    pgrx::log!("tributary: model \"{}\" runs on {provider}", model.name);
                 } else {
-                    pgrx::log!("tributary: model \"{}\" runs on {}", model.name, embedder.provider());
+                    pgrx::log!("tributary: model \"{}\" runs on {provider}: {why}", model.name);
                 }
                 if sessions.len() >= MAX_SESSIONS {
                     sessions.remove(0);
                 }
-                sessions.push(Entry { key, embedder });
+                sessions.push(Entry { key, embedder, note });
                 sessions.len() - 1
             }
         };
@@ -132,6 +156,45 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
         sessions.push(entry);
         let last = sessions.len() - 1;
         Ok(f(&mut sessions[last].embedder))
+    })
+}
+
+/// Creates a session: GPU admission first when a GPU provider is asked for, the fp16 graph on the
+/// GPU, and the slot given back if the session ended up on the CPU after all.
+fn create(runtime: &engine::Runtime, model: &ModelRow, key: &Key, others: &[Entry]) -> Result<(Embedder, String)> {
+    let mut config = key.1.clone();
+    let mut note = String::new();
+    if config.provider != ProviderChoice::Cpu {
+        let failed = engine::model::preload_libraries(&gucs::cuda_library_path());
+        if !failed.is_empty() {
+            pgrx::log!("tributary: could not load from tributary.cuda_library_path: {failed}");
+        }
+        if key.2 {
+            config.gpu_model_file = model.fp16_file();
+        }
+        if !gpu::admit()? {
+            note = format!(
+                "all {} GPU slots are taken (tributary.max_gpu_sessions), running on cpu (tributary.gpu_overflow)",
+                gucs::max_gpu_sessions().unwrap_or(0)
+            );
+            config.provider = ProviderChoice::Cpu;
+        }
+    }
+    let created = Embedder::new(runtime, config);
+    let on_gpu = created.as_ref().is_ok_and(|e| e.provider().is_gpu()) || others.iter().any(|e| e.embedder.provider().is_gpu());
+    if !on_gpu {
+        gpu::release();
+    }
+    Ok((created?, note))
+}
+
+/// Calls `f` for every session this backend holds, least recently used first, with the note
+/// that says why a session asked for a GPU runs on the CPU (empty otherwise).
+pub fn for_each_session(mut f: impl FnMut(&str, &Embedder, &str)) {
+    SESSIONS.with(|cell| {
+        for e in cell.borrow().iter() {
+            f(&e.key.0, &e.embedder, &e.note);
+        }
     })
 }
 

@@ -40,6 +40,10 @@ pub enum TributaryError {
     #[error("{0}")]
     Privilege(String),
 
+    /// 53400: every GPU slot (`tributary.max_gpu_sessions`) is taken and `tributary.gpu_overflow = error`.
+    #[error("all {cap} GPU slots are taken")]
+    GpuSlots { cap: usize },
+
     /// 58P01 / 22P02 when a model's metadata file is missing or unreadable.
     #[error("could not read model metadata \"{path}\"")]
     ModelMetadata { path: String, reason: String, missing: bool },
@@ -110,6 +114,11 @@ impl From<TributaryError> for ErrorReport {
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
                 None,
                 Some("Only superusers can register models or name files for tributary to load."),
+            ),
+            T::GpuSlots { cap } => report(
+                PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+                Some(format!("tributary.max_gpu_sessions = {cap}; the holders are listed in tributary.gpu_sessions")),
+                Some("Set tributary.gpu_overflow to cpu or wait, raise tributary.max_gpu_sessions, or retry later."),
             ),
             T::ModelMetadata { reason, missing, .. } => report(
                 if *missing { PgSqlErrorCode::ERRCODE_UNDEFINED_FILE } else { PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION },

@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod error;
+pub mod gpu;
 pub mod gucs;
 pub mod name;
 pub mod vector;

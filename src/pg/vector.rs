@@ -1,9 +1,13 @@
-//! pgvector's `vector` as a Rust type: built straight into a datum (no text round trip).
+//! pgvector's `vector` and `halfvec` as Rust types: built straight into datums (no text round
+//! trip).
 //!
-//! On-disk layout, from pgvector's `src/vector.h`: varlena header (4 bytes), `int16 dim`,
-//! `int16 unused` (0), then `dim` float4 values. Up to 16000 dimensions (`VECTOR_MAX_DIM`).
+//! On-disk layouts, from pgvector's `src/vector.h` and `src/halfvec.h`: varlena header (4 bytes),
+//! `int16 dim`, `int16 unused` (0), then `dim` float4 (`vector`, up to 16000 dimensions) or
+//! IEEE 754 binary16 (`halfvec`, up to 16000 dimensions) values.
 
 use std::cell::Cell;
+
+use half::f16;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -36,29 +40,60 @@ impl IntoDatum for Vector {
     }
 }
 
+/// A `halfvec` value: `[dim] f16`, written bit for bit (no conversion when the model returned f16).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HalfVec(pub Vec<f16>);
+
+impl IntoDatum for HalfVec {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        let size = HEADER + 2 * self.0.len();
+        // SAFETY: as for Vector, with pgvector's `HalfVector` layout (2-byte values).
+        unsafe {
+            let ptr = pg_sys::palloc0(size) as *mut u8;
+            pgrx::set_varsize_4b(ptr.cast(), size as i32);
+            (ptr.add(4) as *mut i16).write_unaligned(self.0.len() as i16);
+            std::ptr::copy_nonoverlapping(self.0.as_ptr().cast::<u16>(), ptr.add(HEADER) as *mut u16, self.0.len());
+            Some(pg_sys::Datum::from(ptr))
+        }
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        halfvec_type_oid()
+    }
+}
+
 thread_local! {
-    // The vector extension cannot be dropped while tributary depends on it, so the oid is
+    // The vector extension cannot be dropped while tributary depends on it, so the oids are
     // stable for the life of the backend once found.
     static VECTOR_OID: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    static HALFVEC_OID: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
 }
 
 /// Oid of pgvector's `vector` type, found through the `vector` extension (not search_path).
 pub fn vector_type_oid() -> pg_sys::Oid {
-    VECTOR_OID.with(|c| {
-        if c.get() == pg_sys::InvalidOid {
-            let oid = Spi::get_one::<pg_sys::Oid>(
-                "SELECT t.oid FROM pg_catalog.pg_type t \
-                 JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' \
-                 JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
-                 WHERE e.extname = 'vector' AND t.typname = 'vector'",
-            )
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| pgrx::error!("type vector does not exist: is the vector extension installed?"));
-            c.set(oid);
-        }
-        c.get()
-    })
+    VECTOR_OID.with(|c| pgvector_type(c, "vector"))
+}
+
+/// Oid of pgvector's `halfvec` type.
+pub fn halfvec_type_oid() -> pg_sys::Oid {
+    HALFVEC_OID.with(|c| pgvector_type(c, "halfvec"))
+}
+
+fn pgvector_type(cache: &Cell<pg_sys::Oid>, name: &str) -> pg_sys::Oid {
+    if cache.get() == pg_sys::InvalidOid {
+        let oid = Spi::get_one_with_args::<pg_sys::Oid>(
+            "SELECT t.oid FROM pg_catalog.pg_type t \
+             JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' \
+             JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
+             WHERE e.extname = 'vector' AND t.typname = $1",
+            &[name.into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| pgrx::error!("type {name} does not exist: is the vector extension installed?"));
+        cache.set(oid);
+    }
+    cache.get()
 }
 
 unsafe impl SqlTranslatable for Vector {
