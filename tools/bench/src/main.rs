@@ -18,7 +18,7 @@
 //! run and copying results out), measured with `Instant`, after a warm-up call of the same size.
 
 #[path = "../../../src/engine/mod.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod engine;
 
 use std::collections::HashMap;
