@@ -335,6 +335,10 @@ impl Embedder {
     /// (with ONNX Runtime's reason) when `Cuda` or `TensorRt` was asked for and cannot be used,
     /// [`Error::Ort`] when ORT rejects the model.
     pub fn new(runtime: &Runtime, config: EmbedderConfig) -> Result<Self> {
+        // The graph first: a model directory that does not exist is reported by its model file.
+        if !config.model_file.is_file() {
+            return Err(Error::ModelFile { path: config.model_file.clone(), reason: "no such file".into() });
+        }
         let tokenizer = TextTokenizer::from_file(&config.tokenizer_file, config.max_length)?;
         let explicit = |p: Provider| match Self::session(runtime, &config, p) {
             Err(Error::Ort(reason)) => Err(Error::Provider { provider: p.as_str(), reason }),
