@@ -5,6 +5,7 @@ pub mod batch;
 pub mod binding;
 pub mod error;
 pub mod model;
+pub mod rowtext;
 pub mod tokenize;
 
 pub use error::{Error, Result};

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
 use super::error::{Error, Result};
 
@@ -51,6 +51,22 @@ impl TextTokenizer {
             .into_iter()
             .map(|e| Tokens { ids: e.get_ids().iter().map(|&id| id as i32).collect() })
             .collect())
+    }
+
+    /// For each text, the byte offset in it where each of its tokens ends, special tokens left
+    /// out (`[len] usize`, at most `max_length` tokens: longer texts are truncated). Used to cut
+    /// a text at a token boundary.
+    pub fn token_ends(&self, texts: &[&str]) -> Result<Vec<Vec<usize>>> {
+        let encodings = self
+            .inner
+            .encode_batch(texts.to_vec(), false)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(encodings.into_iter().map(|e| e.get_offsets().iter().map(|&(_, end)| end).collect()).collect())
+    }
+
+    /// Number of special tokens added to one text (`[CLS]` and `[SEP]`: 2 for BERT).
+    pub fn count_special(&self) -> usize {
+        self.inner.get_post_processor().map_or(0, |p| p.added_tokens(false))
     }
 
     /// Token id used for padding (`[PAD]`, else 0). Padded positions are masked out anyway.

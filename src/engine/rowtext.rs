@@ -1,0 +1,355 @@
+//! Rows as text: a table row, with what its foreign keys reach, laid out as the text a model
+//! embeds, and cut fairly to the model's token limit. No PostgreSQL here: the caller gathers the
+//! row and its context ([`Row`]); this module decides the text.
+//!
+//! Template version 1 ([`TEMPLATE_VERSION`]), one item per line:
+//!
+//! ```text
+//! table: track
+//! name: Balls to the Wall
+//! milliseconds: 342562
+//! album.title: Balls to the Wall
+//! album.artist.name: Accept
+//! invoice_line (2 of 7): unit_price: 0.99, quantity: 1; unit_price: 0.99, quantity: 2
+//! ```
+//!
+//! - `table: <name>` first, when the row belongs to a table;
+//! - then `column: value` for each column, in column order, NULLs and empty values skipped;
+//! - then each parent row (reached by a foreign key), its columns prefixed by the parent's path
+//!   (`album.`, `album.artist.`);
+//! - then one line per child table: how many of its rows are shown of how many there are, and
+//!   the shown rows' `column: value` pairs (`, ` between columns, `; ` between rows).
+//!
+//! Values are formatted from their JSON form ([`format_value`]): numbers as written by
+//! PostgreSQL, booleans `true`/`false`, timestamps `YYYY-MM-DD HH:MM:SS` (the time left out at
+//! midnight), arrays as `a, b, c`, json objects compact.
+//!
+//! When the text is longer than the token budget, only values are cut (labels stay), each to its
+//! max-min fair share of the budget ([`fair_shares`]): short values are kept whole and long ones
+//! are cut to the same length, so one long column cannot push the others out. A cut value ends
+//! in `…`.
+
+use serde_json::Value;
+
+use super::error::Result;
+use super::tokenize::TextTokenizer;
+
+/// The layout described in this module's documentation. A different layout gets a new number;
+/// older numbers stay selectable so that stored embeddings can be reproduced.
+pub const TEMPLATE_VERSION: i32 = 1;
+
+/// One column of a row: its name, its value as PostgreSQL's `row_to_json` writes it, and
+/// whether it is a date or timestamp (formatted as such).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Field {
+    pub name: String,
+    pub value: Value,
+    pub timestamp: bool,
+}
+
+/// A row and its foreign-key context, as gathered by the caller.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    /// The table's name, `None` for an anonymous record.
+    pub table: Option<String>,
+    pub fields: Vec<Field>,
+    /// Parent rows: `(path label, row)`, the label usually the foreign key column without `_id`.
+    pub parents: Vec<(String, Row)>,
+    pub children: Vec<Children>,
+}
+
+/// Some child rows of one child table (rows whose foreign key references the row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    pub label: String,
+    /// How many child rows there are in all (visible to the caller, within `as_of`).
+    pub total: i64,
+    /// The rows shown, most recent first when there is a time column.
+    pub rows: Vec<Vec<Field>>,
+}
+
+/// A text with holes for values: literal text and values in order.
+#[derive(Debug, Default)]
+struct Layout {
+    /// Literal text before value `i` is `lits[i]`; the last literal follows the last value.
+    lits: Vec<String>,
+    values: Vec<String>,
+}
+
+impl Layout {
+    fn lit(&mut self, s: &str) {
+        if self.lits.len() == self.values.len() {
+            self.lits.push(String::new());
+        }
+        self.lits.last_mut().expect("pushed above").push_str(s);
+    }
+
+    fn value(&mut self, v: String) {
+        if self.lits.len() == self.values.len() {
+            self.lits.push(String::new());
+        }
+        self.values.push(v);
+    }
+
+    fn render(&self, values: &[&str]) -> String {
+        let mut out = String::new();
+        for (i, lit) in self.lits.iter().enumerate() {
+            out.push_str(lit);
+            if let Some(v) = values.get(i) {
+                out.push_str(v);
+            }
+        }
+        out
+    }
+}
+
+/// Formats one JSON value for the text; `None` for NULL, `""`, `[]` and `{}` (left out).
+pub fn format_value(value: &Value, timestamp: bool) -> Option<String> {
+    let s = match value {
+        Value::Null => return None,
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if timestamp => format_timestamp(s),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let parts: Vec<String> = items
+                .iter()
+                .filter_map(|v| match v {
+                    Value::Array(_) => format_value(v, timestamp).map(|s| format!("[{s}]")),
+                    _ => format_value(v, timestamp),
+                })
+                .collect();
+            parts.join(", ")
+        }
+        Value::Object(map) if map.is_empty() => return None,
+        Value::Object(_) => value.to_string(),
+    };
+    (!s.is_empty()).then_some(s)
+}
+
+/// `2009-01-01T00:00:00` → `2009-01-01`, `2009-01-01T10:30:00+00:00` → `2009-01-01 10:30:00+00:00`
+/// (PostgreSQL's JSON form of dates and timestamps is ISO 8601 whatever `DateStyle` says).
+fn format_timestamp(s: &str) -> String {
+    let s = s.replacen('T', " ", 1);
+    match s.strip_suffix(" 00:00:00") {
+        Some(date) => date.to_owned(),
+        None => s,
+    }
+}
+
+fn fields_inline(layout: &mut Layout, fields: &[Field], between: &str) -> bool {
+    let mut first = true;
+    for f in fields {
+        if let Some(v) = format_value(&f.value, f.timestamp) {
+            if !first {
+                layout.lit(between);
+            }
+            first = false;
+            layout.lit(&f.name);
+            layout.lit(": ");
+            layout.value(v);
+        }
+    }
+    !first
+}
+
+/// Starts a line: a newline before every line but the first.
+fn newline(layout: &mut Layout, first_line: &mut bool) {
+    if !*first_line {
+        layout.lit("\n");
+    }
+    *first_line = false;
+}
+
+fn lay_out(row: &Row, prefix: &str, layout: &mut Layout, first_line: &mut bool) {
+    if prefix.is_empty() {
+        if let Some(t) = &row.table {
+            newline(layout, first_line);
+            layout.lit("table: ");
+            layout.lit(t);
+        }
+    }
+    for f in &row.fields {
+        if let Some(v) = format_value(&f.value, f.timestamp) {
+            newline(layout, first_line);
+            layout.lit(prefix);
+            layout.lit(&f.name);
+            layout.lit(": ");
+            layout.value(v);
+        }
+    }
+    for (label, parent) in &row.parents {
+        lay_out(parent, &format!("{prefix}{label}."), layout, first_line);
+    }
+    for c in &row.children {
+        newline(layout, first_line);
+        layout.lit(prefix);
+        layout.lit(&format!("{} ({} of {})", c.label, c.rows.len(), c.total));
+        let mut first_row = true;
+        for r in &c.rows {
+            layout.lit(if first_row { ": " } else { "; " });
+            first_row = false;
+            if !fields_inline(layout, r, ", ") {
+                layout.lit("-");
+            }
+        }
+    }
+}
+
+/// Max-min fair shares of `budget` among values of `lengths` (Bertsekas and Gallager, *Data
+/// Networks*, 2nd ed., 1992, section 6.5.2, "progressive filling"): every value gets
+/// `min(length, fair)` where `fair` is what is left divided equally among the values not yet
+/// served, shortest first. Shares sum to at most `budget`; a value shorter than its fair share
+/// is never cut.
+pub fn fair_shares(lengths: &[usize], budget: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut left = budget;
+    let mut shares = vec![0; lengths.len()];
+    for (k, &i) in order.iter().enumerate() {
+        let fair = left / (lengths.len() - k);
+        shares[i] = lengths[i].min(fair);
+        left -= shares[i];
+    }
+    shares
+}
+
+/// The text of `row` under template version 1, at most about `max_tokens` tokens of
+/// `tokenizer` (special tokens included): when longer, values are cut to their
+/// [`fair_shares`] of what the labels leave. Tokenizing pieces and the whole can differ by a
+/// token or two at the seams; the tokenizer's own truncation takes care of any excess.
+///
+/// Errors: [`super::Error::Tokenizer`] if the tokenizer fails.
+pub fn row_text(row: &Row, tokenizer: &TextTokenizer, max_tokens: usize) -> Result<String> {
+    let mut layout = Layout::default();
+    lay_out(row, "", &mut layout, &mut true);
+    let full: Vec<&str> = layout.values.iter().map(String::as_str).collect();
+    let text = layout.render(&full);
+    let special = tokenizer.count_special();
+    if tokenizer.token_ends(&[text.as_str()])?[0].len() + special <= max_tokens {
+        return Ok(text);
+    }
+    let empty = vec![""; layout.values.len()];
+    let skeleton = layout.render(&empty);
+    let overhead = tokenizer.token_ends(&[skeleton.as_str()])?[0].len() + special;
+    let ends = tokenizer.token_ends(&full)?;
+    let lengths: Vec<usize> = ends.iter().map(Vec::len).collect();
+    let shares = fair_shares(&lengths, max_tokens.saturating_sub(overhead));
+    let cut: Vec<String> = layout
+        .values
+        .iter()
+        .zip(ends.iter().zip(&shares))
+        .map(|(v, (e, &share))| {
+            if share >= e.len() {
+                v.clone()
+            } else if share <= 1 {
+                "…".to_owned()
+            } else {
+                // One token of the share goes to the ellipsis.
+                let mut end = e[share - 2].min(v.len());
+                while !v.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}…", v[..end].trim_end())
+            }
+        })
+        .collect();
+    let refs: Vec<&str> = cut.iter().map(String::as_str).collect();
+    Ok(layout.render(&refs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(name: &str, value: Value) -> Field {
+        Field { name: name.into(), value, timestamp: false }
+    }
+
+    #[test]
+    fn fair_shares_keep_short_values_whole() {
+        assert_eq!(fair_shares(&[3, 100, 5], 30), vec![3, 22, 5]);
+        assert_eq!(fair_shares(&[50, 50], 30), vec![15, 15]);
+        assert_eq!(fair_shares(&[1, 2], 100), vec![1, 2]);
+        assert_eq!(fair_shares(&[10, 10, 10], 0), vec![0, 0, 0]);
+        // Nothing is lost to rounding: 31 = 10 + 10 + 11.
+        assert_eq!(fair_shares(&[40, 40, 40], 31).iter().sum::<usize>(), 31);
+    }
+
+    #[test]
+    fn values_are_formatted_by_type() {
+        assert_eq!(format_value(&json!(null), false), None);
+        assert_eq!(format_value(&json!(""), false), None);
+        assert_eq!(format_value(&json!([]), false), None);
+        assert_eq!(format_value(&json!(true), false).as_deref(), Some("true"));
+        assert_eq!(format_value(&json!(0.99), false).as_deref(), Some("0.99"));
+        assert_eq!(format_value(&json!([1, null, [2, 3]]), false).as_deref(), Some("1, [2, 3]"));
+        assert_eq!(format_value(&json!("2009-01-01T00:00:00"), true).as_deref(), Some("2009-01-01"));
+        assert_eq!(format_value(&json!("2009-01-01T10:30:00"), true).as_deref(), Some("2009-01-01 10:30:00"));
+        assert_eq!(format_value(&json!("2009-01-01T00:00:00"), false).as_deref(), Some("2009-01-01T00:00:00"));
+        assert_eq!(format_value(&json!({"a": 1}), false).as_deref(), Some(r#"{"a":1}"#));
+    }
+
+    #[test]
+    fn layout_of_a_row_with_context() {
+        let artist = Row { table: Some("artist".into()), fields: vec![field("name", json!("Accept"))], ..Default::default() };
+        let album = Row {
+            table: Some("album".into()),
+            fields: vec![field("title", json!("Balls to the Wall"))],
+            parents: vec![("artist".into(), artist)],
+            ..Default::default()
+        };
+        let row = Row {
+            table: Some("track".into()),
+            fields: vec![field("name", json!("Balls to the Wall")), field("composer", json!(null)), field("milliseconds", json!(342562))],
+            parents: vec![("album".into(), album)],
+            children: vec![Children {
+                label: "invoice_line".into(),
+                total: 7,
+                rows: vec![vec![field("quantity", json!(1))], vec![field("quantity", json!(null))]],
+            }],
+        };
+        let mut layout = Layout::default();
+        lay_out(&row, "", &mut layout, &mut true);
+        let values: Vec<&str> = layout.values.iter().map(String::as_str).collect();
+        assert_eq!(
+            layout.render(&values),
+            "table: track\nname: Balls to the Wall\nmilliseconds: 342562\nalbum.title: Balls to the Wall\n\
+             album.artist.name: Accept\ninvoice_line (2 of 7): quantity: 1; -"
+        );
+    }
+
+    /// With the default model's real tokenizer: a long column is cut to its fair share, the
+    /// short ones stay whole, the labels stay, and the text fits the budget.
+    #[test]
+    fn long_values_are_cut_fairly() {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2/tokenizer.json");
+        let tok = TextTokenizer::from_file(&file, 256).expect("the default model is prepared by scripts/setup.sh");
+        let long = "word ".repeat(1000);
+        let row = Row {
+            table: Some("doc".into()),
+            fields: vec![
+                field("title", json!("A short title")),
+                field("body", json!(long)),
+                field("notes", json!(long)),
+                field("year", json!(2024)),
+            ],
+            ..Default::default()
+        };
+        let text = row_text(&row, &tok, 64).unwrap();
+        let tokens = tok.encode(&[text.as_str()]).unwrap()[0].ids.len();
+        assert!(tokens <= 64 + 2, "{tokens} tokens: {text}");
+        assert!(text.starts_with("table: doc\ntitle: A short title\nbody: word"), "{text}");
+        assert!(text.ends_with("\nyear: 2024"), "{text}");
+        let body = text.lines().find(|l| l.starts_with("body: ")).unwrap();
+        let notes = text.lines().find(|l| l.starts_with("notes: ")).unwrap();
+        assert!(body.ends_with('…') && notes.ends_with('…'));
+        // Both long values get the same share (within a token).
+        let (b, n) = (body.matches("word").count() as i64, notes.matches("word").count() as i64);
+        assert!((b - n).abs() <= 1 && b > 5, "{b} vs {n}");
+        // A text within the budget is left alone.
+        let short = Row { table: Some("doc".into()), fields: vec![field("title", json!("A short title"))], ..Default::default() };
+        assert_eq!(row_text(&short, &tok, 64).unwrap(), "table: doc\ntitle: A short title");
+    }
+}
