@@ -13,6 +13,8 @@ pub mod pg;
 ::pgrx::pg_module_magic!(name, version);
 
 pgrx::extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+// tributary_predict and tributary_evaluate (plain SQL over pgvector; see the file's header).
+pgrx::extension_sql_file!("../sql/predict.sql", name = "predict", requires = ["bootstrap"]);
 
 /// Registers the settings. Nothing here touches ONNX Runtime: sessions are created on first use
 /// in a backend, never in the postmaster.

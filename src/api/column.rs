@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 use pgrx::spi::quote_identifier;
 use pgrx::PgRelation;
 
+use crate::api::rows::RowOptions;
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::gucs;
@@ -24,6 +25,11 @@ use crate::pg::vector::{HalfVec, Vector};
 /// between two ONNX Runtime runs; since it all runs in the caller's transaction, a stopped call
 /// leaves the table unchanged.
 ///
+/// With `columns => '{*}'` the text of a row is the whole row as `tributary_row_text` writes it
+/// (template version 1): `exclude`, `parents`, `children`, `time_columns` and `as_of` work as
+/// there (the target and other vector columns are never part of it), and every row whose target
+/// is NULL is embedded. These options are an error (22023) with a column list.
+///
 /// Errors, all before any work: 22023 bad batch_size or empty columns; 42703 unknown column;
 /// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
 /// unknown model. Privileges are the caller's (SELECT on the columns, UPDATE on the target).
@@ -34,14 +40,42 @@ fn tributary_embed_column(
     target: Option<Name>,
     model: default!(Option<&str>, "NULL"),
     batch_size: default!(i32, 1024),
+    exclude: default!(Option<Vec<String>>, "NULL"),
+    parents: default!(i32, 0),
+    children: default!(i32, 0),
+    time_columns: default!(Option<Vec<String>>, "NULL"),
+    as_of: default!(Option<pgrx::datum::TimestampWithTimeZone>, "NULL"),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         crate::pg::error::raise(TributaryError::NullArgument("tbl, columns and target"));
     };
-    embed_column(tbl.oid(), &columns, &target.0, model, batch_size).or_raise()
+    let row_options = RowOptions {
+        exclude: exclude.unwrap_or_default(),
+        parents,
+        children,
+        time_columns: time_columns.unwrap_or_default(),
+        as_of,
+        template: crate::engine::rowtext::TEMPLATE_VERSION,
+        ..Default::default()
+    };
+    let whole_row = columns.len() == 1 && columns[0] == "*";
+    if !whole_row && (!row_options.exclude.is_empty() || parents != 0 || children != 0 || !row_options.time_columns.is_empty() || as_of.is_some()) {
+        crate::pg::error::raise(TributaryError::InvalidArgument {
+            message: "exclude, parents, children, time_columns and as_of apply to whole rows only".into(),
+            hint: Some("Pass columns => '{*}' to embed whole rows.".into()),
+        });
+    }
+    embed_column(tbl.oid(), &columns, &target.0, model, batch_size, whole_row.then_some(row_options)).or_raise()
 }
 
-fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Option<&str>, batch_size: i32) -> Result<i64> {
+fn embed_column(
+    tbl: pg_sys::Oid,
+    columns: &[String],
+    target: &str,
+    model: Option<&str>,
+    batch_size: i32,
+    row_options: Option<RowOptions>,
+) -> Result<i64> {
     if batch_size < 1 {
         return Err(TributaryError::InvalidArgument {
             message: format!("batch_size must be at least 1, not {batch_size}"),
@@ -55,7 +89,11 @@ fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Optio
         });
     }
     let model = catalog::model(model)?;
-    let plan = Plan::new(tbl, columns, target, &model)?;
+    let plan = Plan::new(tbl, columns, target, &model, row_options.is_some())?;
+    let row_options = row_options.map(|mut o| {
+        o.exclude.push(target.to_owned());
+        o
+    });
     let total: i64 = Spi::get_one(&plan.count_sql).ok().flatten().unwrap_or(0);
     let interval = gucs::progress_interval_ms();
     let started = Instant::now();
@@ -75,7 +113,17 @@ fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Optio
             let mut texts = Vec::with_capacity(rows.len());
             for row in rows {
                 tids.push(row.get::<pg_sys::ItemPointerData>(1).map_err(spi_error)?.expect("ctid is never NULL"));
-                texts.push(row.get::<String>(2).map_err(spi_error)?.unwrap_or_default());
+                let text = row.get::<String>(2).map_err(spi_error)?.unwrap_or_default();
+                texts.push(match &row_options {
+                    None => text,
+                    Some(opts) => {
+                        let values = match serde_json::from_str(&text) {
+                            Ok(serde_json::Value::Object(m)) => m,
+                            _ => serde_json::Map::new(),
+                        };
+                        crate::api::rows::row_text(Some(tbl), &values, opts, &model)?
+                    }
+                });
             }
             if tids.is_empty() {
                 // Dropping the found cursor closes it.
@@ -112,7 +160,7 @@ fn embed_column(tbl: pg_sys::Oid, columns: &[String], target: &str, model: Optio
 }
 
 fn spi_error(e: pgrx::spi::Error) -> TributaryError {
-    TributaryError::InvalidArgument { message: format!("SPI error: {e}"), hint: None }
+    TributaryError::Internal(format!("SPI error: {e}"))
 }
 
 /// The three statements of one call, with identifiers quoted.
@@ -125,12 +173,13 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(tbl: pg_sys::Oid, columns: &[String], target: &str, model: &ModelRow) -> Result<Self> {
+    /// `whole_row`: the text is the row's JSON (`row_to_json`), not its `columns`.
+    fn new(tbl: pg_sys::Oid, columns: &[String], target: &str, model: &ModelRow, whole_row: bool) -> Result<Self> {
         let relname: String = Spi::get_one_with_args("SELECT $1::regclass::text", &[tbl.into()])
             .ok()
             .flatten()
             .ok_or_else(|| TributaryError::InvalidArgument { message: format!("relation with OID {} does not exist", tbl.to_u32()), hint: None })?;
-        for c in columns {
+        for c in columns.iter().filter(|_| !whole_row) {
             attribute(tbl, &relname, c)?;
         }
         let (typname, typmod) = attribute(tbl, &relname, target)?;
@@ -154,11 +203,15 @@ impl Plan {
             format!("concat_ws(E'\\n', {})", cols.iter().map(|c| format!("{c}::text")).collect::<Vec<_>>().join(", "))
         };
         let target = quote_identifier(target);
-        let filter = format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", "));
+        let (text_expr, filter) = if whole_row {
+            ("row_to_json(t)::text".to_owned(), format!("{target} IS NULL"))
+        } else {
+            (text_expr, format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", ")))
+        };
         Ok(Plan {
             halfvec: typname == "halfvec",
             count_sql: format!("SELECT count(*) FROM {relname} WHERE {filter}"),
-            select_sql: format!("SELECT ctid, {text_expr} FROM {relname} WHERE {filter}"),
+            select_sql: format!("SELECT ctid, {text_expr} FROM {relname} AS t WHERE {filter}"),
             update_sql: format!(
                 "UPDATE {relname} AS t SET {target} = u.e FROM unnest($1::tid[], $2) AS u(id, e) WHERE t.ctid = u.id"
             ),

@@ -3,3 +3,4 @@
 pub mod column;
 pub mod embed;
 pub mod models;
+pub mod rows;

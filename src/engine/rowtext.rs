@@ -127,9 +127,15 @@ pub fn format_value(value: &Value, timestamp: bool) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// `2009-01-01T00:00:00` → `2009-01-01`, `2009-01-01T10:30:00+00:00` → `2009-01-01 10:30:00+00:00`
+/// `2009-01-01T00:00:00` → `2009-01-01`, `2009-01-01T10:30:00` → `2009-01-01 10:30:00`, and a
+/// timestamp with a UTC offset is moved to UTC, `2024-03-01T02:00:00-08:00` →
+/// `2024-03-01 10:00:00 UTC`, so the text does not depend on the session's `TimeZone`
 /// (PostgreSQL's JSON form of dates and timestamps is ISO 8601 whatever `DateStyle` says).
+/// Anything else (times of day, BC dates) is kept as written.
 fn format_timestamp(s: &str) -> String {
+    if let Some(utc) = to_utc(s) {
+        return utc;
+    }
     let s = s.replacen('T', " ", 1);
     match s.strip_suffix(" 00:00:00") {
         Some(date) => date.to_owned(),
@@ -137,6 +143,52 @@ fn format_timestamp(s: &str) -> String {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS[.ffffff]±HH[:MM[:SS]]` as `YYYY-MM-DD HH:MM:SS[.ffffff] UTC`.
+fn to_utc(s: &str) -> Option<String> {
+    let (date, time) = s.split_once('T')?;
+    let sign_at = time.rfind(['+', '-'])?;
+    let (clock, offset) = time.split_at(sign_at);
+    let num = |t: &str| t.parse::<i64>().ok();
+    let mut d = date.splitn(3, '-');
+    let (y, m, day) = (num(d.next()?)?, num(d.next()?)?, num(d.next()?)?);
+    let (hms, frac) = clock.split_once('.').map_or((clock, ""), |(a, b)| (a, b));
+    let mut c = hms.splitn(3, ':');
+    let (hh, mi, ss) = (num(c.next()?)?, num(c.next()?)?, num(c.next()?)?);
+    let sign = if offset.starts_with('-') { -1 } else { 1 };
+    let mut o = offset[1..].splitn(3, ':');
+    let off = num(o.next()?)? * 3600 + o.next().map_or(Some(0), num)? * 60 + o.next().map_or(Some(0), num)?;
+    let secs = days_from_civil(y, m, day) * 86400 + hh * 3600 + mi * 60 + ss - sign * off;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let (y, m, d) = civil_from_days(days);
+    let frac = if frac.is_empty() { String::new() } else { format!(".{frac}") };
+    Some(format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}{frac} UTC", rem / 3600, rem % 3600 / 60, rem % 60))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant, "chrono-Compatible Low-Level
+/// Date Algorithms", 2013, `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// The inverse of [`days_from_civil`] (same source, `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `name: value` pairs of `fields` with `between` between them; false if none had a value.
 fn fields_inline(layout: &mut Layout, fields: &[Field], between: &str) -> bool {
     let mut first = true;
     for f in fields {
@@ -214,10 +266,10 @@ pub fn fair_shares(lengths: &[usize], budget: usize) -> Vec<usize> {
     shares
 }
 
-/// The text of `row` under template version 1, at most about `max_tokens` tokens of
-/// `tokenizer` (special tokens included): when longer, values are cut to their
-/// [`fair_shares`] of what the labels leave. Tokenizing pieces and the whole can differ by a
-/// token or two at the seams; the tokenizer's own truncation takes care of any excess.
+/// The text of `row` under template version 1, at most `max_tokens` tokens of `tokenizer`
+/// (special tokens included) whenever its labels alone fit: when longer, values are cut to
+/// their [`fair_shares`] of what the labels leave. If even the labels do not fit, every value is
+/// cut to `…` and the tokenizer's truncation cuts the rest.
 ///
 /// Errors: [`super::Error::Tokenizer`] if the tokenizer fails.
 pub fn row_text(row: &Row, tokenizer: &TextTokenizer, max_tokens: usize) -> Result<String> {
@@ -234,28 +286,37 @@ pub fn row_text(row: &Row, tokenizer: &TextTokenizer, max_tokens: usize) -> Resu
     let overhead = tokenizer.token_ends(&[skeleton.as_str()])?[0].len() + special;
     let ends = tokenizer.token_ends(&full)?;
     let lengths: Vec<usize> = ends.iter().map(Vec::len).collect();
-    let shares = fair_shares(&lengths, max_tokens.saturating_sub(overhead));
-    let cut: Vec<String> = layout
-        .values
-        .iter()
-        .zip(ends.iter().zip(&shares))
-        .map(|(v, (e, &share))| {
-            if share >= e.len() {
-                v.clone()
-            } else if share <= 1 {
-                "…".to_owned()
-            } else {
-                // One token of the share goes to the ellipsis.
-                let mut end = e[share - 2].min(v.len());
-                while !v.is_char_boundary(end) {
-                    end -= 1;
-                }
-                format!("{}…", v[..end].trim_end())
-            }
-        })
-        .collect();
-    let refs: Vec<&str> = cut.iter().map(String::as_str).collect();
-    Ok(layout.render(&refs))
+    // Pieces and the whole tokenize a little differently at the seams, and a cut value's `…` is
+    // a token: measure the result and give back any excess, a few rounds at most.
+    let mut budget = max_tokens.saturating_sub(overhead);
+    let mut text = String::new();
+    for _ in 0..4 {
+        let shares = fair_shares(&lengths, budget);
+        let cut: Vec<String> = layout.values.iter().zip(ends.iter().zip(&shares)).map(|(v, (e, &share))| cut_value(v, e, share)).collect();
+        let refs: Vec<&str> = cut.iter().map(String::as_str).collect();
+        text = layout.render(&refs);
+        let used = tokenizer.token_ends(&[text.as_str()])?[0].len() + special;
+        if used <= max_tokens || budget == 0 {
+            break;
+        }
+        budget = budget.saturating_sub(used - max_tokens);
+    }
+    Ok(text)
+}
+
+/// `value` cut to `share` tokens (token `i` ends at byte `ends[i]`), the last one being `…`.
+fn cut_value(value: &str, ends: &[usize], share: usize) -> String {
+    if share >= ends.len() {
+        return value.to_owned();
+    }
+    if share <= 1 {
+        return "…".to_owned();
+    }
+    let mut end = ends[share - 2].min(value.len());
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", value[..end].trim_end())
 }
 
 #[cfg(test)]
@@ -288,6 +349,12 @@ mod tests {
         assert_eq!(format_value(&json!("2009-01-01T00:00:00"), true).as_deref(), Some("2009-01-01"));
         assert_eq!(format_value(&json!("2009-01-01T10:30:00"), true).as_deref(), Some("2009-01-01 10:30:00"));
         assert_eq!(format_value(&json!("2009-01-01T00:00:00"), false).as_deref(), Some("2009-01-01T00:00:00"));
+        // timestamptz in any session TimeZone: the same text, in UTC.
+        assert_eq!(format_value(&json!("2024-03-01T02:00:00-08:00"), true).as_deref(), Some("2024-03-01 10:00:00 UTC"));
+        assert_eq!(format_value(&json!("2024-03-01T10:00:00+00:00"), true).as_deref(), Some("2024-03-01 10:00:00 UTC"));
+        assert_eq!(format_value(&json!("2024-01-01T01:30:00.25+05:30"), true).as_deref(), Some("2023-12-31 20:00:00.25 UTC"));
+        assert_eq!(format_value(&json!("2000-02-29T23:00:00-01"), true).as_deref(), Some("2000-03-01 00:00:00 UTC"));
+        assert_eq!(format_value(&json!("10:30:00-08"), true).as_deref(), Some("10:30:00-08"));
         assert_eq!(format_value(&json!({"a": 1}), false).as_deref(), Some(r#"{"a":1}"#));
     }
 
@@ -339,7 +406,7 @@ mod tests {
         };
         let text = row_text(&row, &tok, 64).unwrap();
         let tokens = tok.encode(&[text.as_str()]).unwrap()[0].ids.len();
-        assert!(tokens <= 64 + 2, "{tokens} tokens: {text}");
+        assert!(tokens <= 64, "{tokens} tokens: {text}");
         assert!(text.starts_with("table: doc\ntitle: A short title\nbody: word"), "{text}");
         assert!(text.ends_with("\nyear: 2024"), "{text}");
         let body = text.lines().find(|l| l.starts_with("body: ")).unwrap();

@@ -188,6 +188,56 @@ fn create(runtime: &engine::Runtime, model: &ModelRow, key: &Key, others: &[Entr
     Ok((created?, note))
 }
 
+/// Tokenizers loaded without a session (`tributary_tokenize`, row text), keyed by model name and
+/// tokenizer settings; small, like the session cache.
+type TokenizerKey = (String, PathBuf, usize);
+
+thread_local! {
+    static TOKENIZERS: RefCell<Vec<(TokenizerKey, std::rc::Rc<engine::tokenize::TextTokenizer>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `model`'s tokenizer (truncation at its max length): the one of an open session
+/// when there is one, else one loaded from the model's `tokenizer.json` and kept for this backend.
+/// Loads no ONNX Runtime session.
+///
+/// Errors: 58P01 when the tokenizer file is missing; 38000 when it does not parse.
+pub fn with_tokenizer<R>(model: &ModelRow, f: impl FnOnce(&engine::tokenize::TextTokenizer) -> R) -> Result<R> {
+    let config = model.embedder_config();
+    let key: TokenizerKey = (model.name.clone(), config.tokenizer_file.clone(), config.max_length);
+    let from_session = SESSIONS.with(|cell| {
+        cell.borrow()
+            .iter()
+            .rev()
+            .find(|e| e.key.0 == key.0 && e.key.1.tokenizer_file == key.1 && e.key.1.max_length == key.2)
+            .map(|e| e as *const Entry)
+            .is_some()
+    });
+    if from_session {
+        return SESSIONS.with(|cell| {
+            let sessions = cell.borrow();
+            let e = sessions
+                .iter()
+                .rev()
+                .find(|e| e.key.0 == key.0 && e.key.1.tokenizer_file == key.1 && e.key.1.max_length == key.2)
+                .expect("found above");
+            Ok(f(e.embedder.tokenizer()))
+        });
+    }
+    let tokenizer = TOKENIZERS.with(|cell| -> Result<_> {
+        let mut cache = cell.borrow_mut();
+        if let Some((_, t)) = cache.iter().find(|(k, _)| *k == key) {
+            return Ok(t.clone());
+        }
+        let t = std::rc::Rc::new(engine::tokenize::TextTokenizer::from_file(&key.1, key.2)?);
+        if cache.len() >= MAX_SESSIONS {
+            cache.remove(0);
+        }
+        cache.push((key.clone(), t.clone()));
+        Ok(t)
+    })?;
+    Ok(f(&tokenizer))
+}
+
 /// Calls `f` for every session this backend holds, least recently used first, with the note
 /// that says why a session asked for a GPU runs on the CPU (empty otherwise).
 pub fn for_each_session(mut f: impl FnMut(&str, &Embedder, &str)) {

@@ -44,6 +44,11 @@ pub enum TributaryError {
     #[error("all {cap} GPU slots are taken")]
     GpuSlots { cap: usize },
 
+    /// XX000: an SPI call failed in a way that is tributary's bug, not the caller's (SQL errors
+    /// inside SPI keep their own SQLSTATE).
+    #[error("{0}")]
+    Internal(String),
+
     /// 58P01 / 22P02 when a model's metadata file is missing or unreadable.
     #[error("could not read model metadata \"{path}\"")]
     ModelMetadata { path: String, reason: String, missing: bool },
@@ -120,6 +125,7 @@ impl From<TributaryError> for ErrorReport {
                 Some(format!("tributary.max_gpu_sessions = {cap}; the holders are listed in tributary.gpu_sessions")),
                 Some("Set tributary.gpu_overflow to cpu or wait, raise tributary.max_gpu_sessions, or retry later."),
             ),
+            T::Internal(_) => report(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, None, None),
             T::ModelMetadata { reason, missing, .. } => report(
                 if *missing { PgSqlErrorCode::ERRCODE_UNDEFINED_FILE } else { PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION },
                 Some(reason.clone()),

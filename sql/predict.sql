@@ -1,0 +1,223 @@
+-- Prediction from neighbours: a column of a row predicted from its k nearest embedded, labelled
+-- rows (pgvector cosine distance, `<=>`), and an evaluation that holds rows out and compares with
+-- the majority-class or mean baseline. Everything runs with the caller's privileges (SECURITY
+-- INVOKER), so row-level security and column privileges apply to the neighbours too.
+--
+-- Weighting: each neighbour's weight is its cosine similarity, 1 - cosine distance, floored at
+-- 1e-6 (distance-weighted k-NN; Dudani, "The distance-weighted k-nearest-neighbor rule", IEEE
+-- Trans. SMC 6(4), 1976, with similarity as the weight).
+
+-- 'category' or 'number' for column `label` of `tbl` when `kind` is 'auto': numbers are float,
+-- numeric and integer columns that are not part of a primary or foreign key (an integer key such
+-- as genre_id names a category). 42703 unknown column, 22023 bad kind.
+CREATE FUNCTION tributary.label_kind(tbl regclass, label name, kind text)
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    typ text;
+    is_key boolean;
+BEGIN
+    IF kind IS NULL OR kind NOT IN ('auto', 'category', 'number') THEN
+        RAISE EXCEPTION 'kind must be auto, category or number, not %', coalesce(quote_literal(kind), 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT t.typname, EXISTS (
+               SELECT 1 FROM pg_catalog.pg_constraint c
+               WHERE c.conrelid = a.attrelid AND c.contype IN ('p', 'f') AND a.attnum = ANY (c.conkey))
+      INTO typ, is_key
+      FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+     WHERE a.attrelid = tbl AND a.attname = label AND a.attnum > 0 AND NOT a.attisdropped;
+    IF typ IS NULL THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', label, tbl USING ERRCODE = '42703';
+    END IF;
+    IF kind <> 'auto' THEN
+        RETURN kind;
+    END IF;
+    IF typ IN ('float4', 'float8', 'numeric') OR (typ IN ('int2', 'int4', 'int8') AND NOT is_key) THEN
+        RETURN 'number';
+    END IF;
+    RETURN 'category';
+END $$;
+
+-- The type of embedding column `embedding` of `tbl`: 'vector' or 'halfvec'. 42703 unknown
+-- column, 42804 another type.
+CREATE FUNCTION tributary.embedding_type(tbl regclass, embedding name)
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    typ text;
+BEGIN
+    SELECT t.typname INTO typ
+      FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+     WHERE a.attrelid = tbl AND a.attname = embedding AND a.attnum > 0 AND NOT a.attisdropped;
+    IF typ IS NULL THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', embedding, tbl USING ERRCODE = '42703';
+    ELSIF typ NOT IN ('vector', 'halfvec') THEN
+        RAISE EXCEPTION 'column "%" is of type %, not vector or halfvec', embedding, typ
+            USING ERRCODE = '42804', HINT = 'Neighbours are found by an embedding column; fill one with tributary_embed_column.';
+    END IF;
+    RETURN typ;
+END $$;
+
+-- A jsonb expression that identifies a row of `tbl` aliased `alias`: its primary key columns
+-- ({"track_id": 1}), or {"ctid": "(0,1)"} for a table without a primary key.
+CREATE FUNCTION tributary.row_key(tbl regclass, alias text)
+RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT 'jsonb_build_object(' || string_agg(format('%L, %I.%I', a.attname, alias, a.attname), ', ' ORDER BY k.ord) || ')'
+           FROM pg_catalog.pg_index i
+          CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+           JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+          WHERE i.indrelid = tbl AND i.indisprimary),
+        format('jsonb_build_object(''ctid'', %I.ctid::text)', alias))
+$$;
+
+-- Weighted vote: the label with the largest sum of weights (ties: the smallest label), and that
+-- sum's share of all weights (0..1). NULL labels do not vote.
+CREATE FUNCTION tributary.knn_vote(labels text[], weights float8[], OUT prediction text, OUT confidence float8)
+RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT v.label, v.w / nullif(v.total, 0)
+      FROM (SELECT u.label, sum(u.w) AS w, sum(sum(u.w)) OVER () AS total
+              FROM unnest(labels, weights) AS u(label, w)
+             WHERE u.label IS NOT NULL
+             GROUP BY u.label) v
+     ORDER BY v.w DESC, v.label
+     LIMIT 1
+$$;
+
+-- Weighted mean of `vals` and the weighted standard deviation around it.
+CREATE FUNCTION tributary.knn_mean(vals float8[], weights float8[], OUT prediction float8, OUT stddev float8)
+RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT m.mean, sqrt(greatest(m.sq - m.mean * m.mean, 0))
+      FROM (SELECT sum(u.v * u.w) / nullif(sum(u.w), 0) AS mean, sum(u.v * u.v * u.w) / nullif(sum(u.w), 0) AS sq
+              FROM unnest(vals, weights) AS u(v, w)
+             WHERE u.v IS NOT NULL) m
+$$;
+
+
+-- tributary_predict(tbl, label, embedding, query [, k, kind]): predicts column `label` for an
+-- embedding `query` ([dim] f32, e.g. a row's own embedding or tributary_embed(row)) from the `k`
+-- rows of `tbl` nearest to it by `embedding` (cosine distance) whose `label` is not NULL.
+-- Categories: weighted vote, `confidence` = the winner's share of the weights (0..1).
+-- Numbers: weighted mean (as text in `prediction`) and `stddev` around it.
+-- `evidence`: the neighbours, nearest first: [{key, label, distance, weight}], key = primary key
+-- columns (or ctid). An HNSW index on `embedding` is used when there is one.
+-- NULL query gives a row of NULLs. Errors: 22023 k < 1 or bad kind; 42703 unknown column;
+-- 42804 embedding column not vector/halfvec.
+CREATE FUNCTION tributary_predict(
+    tbl regclass, label name, embedding name, query vector, k integer DEFAULT 10, kind text DEFAULT 'auto',
+    OUT prediction text, OUT confidence float8, OUT stddev float8, OUT neighbours integer, OUT evidence jsonb)
+RETURNS record LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    label_kind text;
+    emb_type text;
+    labels text[];
+    weights float8[];
+BEGIN
+    IF k IS NULL OR k < 1 THEN
+        RAISE EXCEPTION 'k must be at least 1, not %', coalesce(k::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    label_kind := tributary.label_kind(tbl, label, kind);
+    emb_type := tributary.embedding_type(tbl, embedding);
+    IF query IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format(
+        'SELECT array_agg(n.l ORDER BY n.d), array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d),
+                jsonb_agg(jsonb_build_object(''key'', n.key, ''label'', n.l, ''distance'', n.d,
+                                             ''weight'', greatest(1 - n.d, 1e-6)) ORDER BY n.d)
+           FROM (SELECT %s AS key, t.%I::text AS l, t.%I <=> $1::%s AS d
+                   FROM %s AS t
+                  WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL
+                  ORDER BY t.%I <=> $1::%s
+                  LIMIT $2) n',
+        tributary.row_key(tbl, 't'), label, embedding, emb_type, tbl, label, embedding, embedding, emb_type)
+      INTO labels, weights, evidence
+      USING query, k;
+    neighbours := coalesce(cardinality(labels), 0);
+    IF label_kind = 'category' THEN
+        SELECT v.prediction, v.confidence INTO prediction, confidence FROM tributary.knn_vote(labels, weights) v;
+    ELSE
+        SELECT m.prediction::text, m.stddev INTO prediction, stddev FROM tributary.knn_mean(labels::float8[], weights) m;
+    END IF;
+END $$;
+
+-- tributary_evaluate(tbl, label, embedding [, group_by, k, test_fraction, kind, seed]): holds out
+-- about `test_fraction` of the labelled, embedded rows, predicts each held-out row's `label` from
+-- its `k` nearest rows among the others (exact search, so the result does not depend on index
+-- recall: O(test rows x training rows) distances), and reports, next to the baseline:
+-- categories: accuracy and macro-F1 (mean of per-class F1 over classes in truth or prediction)
+-- against always predicting the training set's majority class; numbers: mean absolute error
+-- against predicting the training mean. Rows are split by `group_by` (a column: every group is
+-- wholly in or out, so near-duplicates never cross; default the primary key), with a seeded hash:
+-- the same seed gives the same split. Errors: as tributary_predict; 22023 test_fraction outside
+-- (0, 1); 42703 unknown group_by column.
+CREATE FUNCTION tributary_evaluate(
+    tbl regclass, label name, embedding name, group_by name DEFAULT NULL, k integer DEFAULT 10,
+    test_fraction float8 DEFAULT 0.2, kind text DEFAULT 'auto', seed integer DEFAULT 0)
+RETURNS TABLE (metric text, model float8, baseline float8, test_rows bigint, train_rows bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    label_kind text;
+    group_expr text;
+    base text;
+BEGIN
+    IF k IS NULL OR k < 1 THEN
+        RAISE EXCEPTION 'k must be at least 1, not %', coalesce(k::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF test_fraction IS NULL OR test_fraction <= 0 OR test_fraction >= 1 THEN
+        RAISE EXCEPTION 'test_fraction must be between 0 and 1, not %', coalesce(test_fraction::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    label_kind := tributary.label_kind(tbl, label, kind);
+    PERFORM tributary.embedding_type(tbl, embedding);
+    IF group_by IS NULL THEN
+        group_expr := tributary.row_key(tbl, 't') || '::text';
+    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                       WHERE a.attrelid = tbl AND a.attname = group_by AND a.attnum > 0 AND NOT a.attisdropped) THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', group_by, tbl USING ERRCODE = '42703';
+    ELSE
+        group_expr := format('t.%I::text', group_by);
+    END IF;
+    -- labelled rows, split; every held-out row with its k nearest training rows' labels.
+    base := format(
+        'WITH labelled AS MATERIALIZED (
+             SELECT t.%I::text AS l, t.%I AS e,
+                    (hashtext(coalesce(%s, '''') || ''/'' || %s) & 2147483647) %% 1000000 < %s * 1000000 AS held_out
+               FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL),
+         train AS MATERIALIZED (SELECT l, e FROM labelled WHERE NOT held_out),
+         test AS (SELECT l, e FROM labelled WHERE held_out),
+         near AS (
+             SELECT s.l AS truth, n.labels, n.weights
+               FROM test s CROSS JOIN LATERAL (
+                    SELECT array_agg(x.l) AS labels, array_agg(greatest(1 - x.d, 1e-6)) AS weights
+                      FROM (SELECT r.l, r.e <=> s.e AS d FROM train r ORDER BY 2 LIMIT %s) x) n),
+         counts AS (SELECT (SELECT count(*) FROM test) AS test_rows, (SELECT count(*) FROM train) AS train_rows)',
+        label, embedding, group_expr, seed, test_fraction, tbl, label, embedding, k);
+    IF label_kind = 'category' THEN
+        RETURN QUERY EXECUTE base || ',
+         majority AS (SELECT l FROM train GROUP BY l ORDER BY count(*) DESC, l LIMIT 1),
+         pred AS (SELECT near.truth, (tributary.knn_vote(near.labels, near.weights)).prediction AS model,
+                         (SELECT l FROM majority) AS baseline FROM near),
+         classes AS (SELECT truth AS c FROM pred UNION SELECT model FROM pred UNION SELECT baseline FROM pred),
+         f1 AS (SELECT c.c,
+                       2.0 * count(*) FILTER (WHERE p.truth = c.c AND p.model = c.c)
+                         / nullif(count(*) FILTER (WHERE p.truth = c.c) + count(*) FILTER (WHERE p.model = c.c), 0) AS model,
+                       2.0 * count(*) FILTER (WHERE p.truth = c.c AND p.baseline = c.c)
+                         / nullif(count(*) FILTER (WHERE p.truth = c.c) + count(*) FILTER (WHERE p.baseline = c.c), 0) AS baseline,
+                       bool_or(p.truth = c.c OR p.model = c.c) AS in_model,
+                       bool_or(p.truth = c.c OR p.baseline = c.c) AS in_baseline
+                  FROM classes c CROSS JOIN pred p WHERE c.c IS NOT NULL GROUP BY c.c)
+         SELECT ''accuracy'', avg((p.model IS NOT DISTINCT FROM p.truth)::int)::float8,
+                avg((p.baseline IS NOT DISTINCT FROM p.truth)::int)::float8, c.test_rows, c.train_rows
+           FROM pred p, counts c GROUP BY c.test_rows, c.train_rows
+         UNION ALL
+         SELECT ''macro_f1'', (SELECT avg(coalesce(f.model, 0)) FILTER (WHERE f.in_model) FROM f1 f)::float8,
+                (SELECT avg(coalesce(f.baseline, 0)) FILTER (WHERE f.in_baseline) FROM f1 f)::float8, c.test_rows, c.train_rows
+           FROM counts c';
+    ELSE
+        RETURN QUERY EXECUTE base || ',
+         mean AS (SELECT avg(l::float8) AS m FROM train)
+         SELECT ''mae'', avg(abs((tributary.knn_mean(near.labels::float8[], near.weights)).prediction - near.truth::float8)),
+                avg(abs((SELECT m FROM mean) - near.truth::float8)), c.test_rows, c.train_rows
+           FROM near, counts c GROUP BY c.test_rows, c.train_rows';
+    END IF;
+END $$;
