@@ -3,23 +3,11 @@ the real ONNX Runtime library and the real default model.
 
 Needs TRIBUTARY_TEST_DSN (scripts/test.sh sets it to a throwaway cluster's database).
 """
-import os
 import threading
 import time
 
 import psycopg
 import pytest
-
-DSN = os.environ.get("TRIBUTARY_TEST_DSN")
-
-
-@pytest.fixture(scope="module")
-def dsn():
-    if not DSN:
-        pytest.fail("TRIBUTARY_TEST_DSN is not set: run these through scripts/test.sh")
-    with psycopg.connect(DSN, autocommit=True) as c:
-        c.execute("CREATE EXTENSION IF NOT EXISTS tributary CASCADE")
-    return DSN
 
 
 def make_table(conn, name, rows, words=40):

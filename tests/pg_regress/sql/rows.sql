@@ -113,6 +113,11 @@ SELECT expect_error($$SELECT tributary_predict('music.track', 'genre', 'embeddin
 SELECT expect_error($$SELECT tributary_predict('music.track', 'nope', 'embedding', tributary_embed('x'))$$);
 SELECT expect_error($$SELECT tributary_predict('music.track', 'genre', 'name', tributary_embed('x'))$$);
 SELECT expect_error($$SELECT tributary_predict('music.track', 'genre', 'embedding', tributary_embed('x'), kind => 'guess')$$);
+-- A table without a primary key: neighbours are identified by ctid.
+CREATE TABLE music.nokey (label text, e vector(384));
+INSERT INTO music.nokey VALUES ('rock', tributary_embed('loud guitars')), ('jazz', tributary_embed('modal trumpet'));
+SELECT prediction, jsonb_path_query_array(evidence, '$[*].key') AS evidence
+FROM tributary_predict('music.nokey', 'label', 'e', tributary_embed('guitar riffs'), k => 1);
 -- Evaluation: held out by album, same split for the same seed; metrics next to the baseline.
 SELECT metric, test_rows + train_rows AS labelled, model BETWEEN 0 AND 1 AS in_range, baseline BETWEEN 0 AND 1 AS baseline_in_range
 FROM tributary_evaluate('music.track', 'genre', 'embedding', group_by => 'album_id', test_fraction => 0.5, k => 2);
