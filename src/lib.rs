@@ -9,18 +9,27 @@ use pgrx::prelude::*;
 pub mod api;
 pub mod engine;
 pub mod pg;
+pub mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
 
 pgrx::extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 // tributary_predict and tributary_evaluate (plain SQL over pgvector; see the file's header).
 pgrx::extension_sql_file!("../sql/predict.sql", name = "predict", requires = ["bootstrap"]);
+// Jobs: tables, views and the SQL side of job management (see the file's header; workers in worker/).
+pgrx::extension_sql_file!(
+    "../sql/jobs.sql",
+    name = "jobs",
+    requires = ["bootstrap", worker::_wake_launcher, worker::_outer_user, worker::workers]
+);
 
-/// Registers the settings. Nothing here touches ONNX Runtime: sessions are created on first use
+/// Registers the settings and, when loaded by `shared_preload_libraries`, the jobs' shared
+/// memory and launcher (src/worker/). Nothing here touches ONNX Runtime: sessions are created on first use
 /// in a backend, never in the postmaster.
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     pg::gucs::init();
+    worker::init();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

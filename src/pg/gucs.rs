@@ -67,7 +67,45 @@ static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(true);
 static MAX_GPU_SESSIONS: GucSetting<i32> = GucSetting::<i32>::new(4);
 static GPU_OVERFLOW: GucSetting<GpuOverflow> = GucSetting::<GpuOverflow>::new(GpuOverflow::Cpu);
 
+/// Job workers (not counting the launcher) across the cluster; each takes a
+/// `max_worker_processes` slot while it runs.
+static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
+/// ms between the launcher's checks, and between an idle worker's looks at continuous jobs' queues.
+static JOB_POLL_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// Attempts at one row before a job gives up on it (the row stays in tributary.job_errors).
+static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(5);
+
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"tributary.max_workers",
+        c"Most background workers running tributary jobs at once, across all databases.",
+        c"Each takes one of max_worker_processes; the launcher takes one more. 0 stops starting workers.",
+        &MAX_WORKERS,
+        0,
+        crate::worker::MAX_SLOTS as i32,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"tributary.job_poll_interval",
+        c"Milliseconds between the launcher's checks for work, and between an idle worker's looks at continuous jobs' queues.",
+        c"",
+        &JOB_POLL_INTERVAL,
+        10,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"tributary.job_max_attempts",
+        c"Attempts at embedding one row of a job before giving up on it.",
+        c"A failed row is retried after 10 s, 20 s, 40 s, ... (at most 1 h); after this many attempts it stays in tributary.job_errors as gave_up.",
+        &JOB_MAX_ATTEMPTS,
+        1,
+        1000,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"tributary.model",
         c"Default embedding model (a name in tributary.models).",
@@ -281,6 +319,18 @@ pub fn intra_op_threads() -> usize {
 
 pub fn gpu_device() -> i32 {
     GPU_DEVICE.get()
+}
+
+pub fn max_workers() -> usize {
+    MAX_WORKERS.get() as usize
+}
+
+pub fn job_poll_interval_ms() -> u64 {
+    JOB_POLL_INTERVAL.get() as u64
+}
+
+pub fn job_max_attempts() -> i32 {
+    JOB_MAX_ATTEMPTS.get()
 }
 
 pub fn progress_interval_ms() -> u64 {

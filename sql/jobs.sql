@@ -1,0 +1,482 @@
+-- Jobs: whole tables embedded by background workers (src/worker/), batch by batch, each batch in
+-- its own transaction, kept in sync with new and changed rows in continuous mode.
+--
+-- A job owns a queue table (tributary._queue_<id>, the source's primary key columns): creating
+-- the job fills it with every row still to embed; in continuous mode statement-level triggers on
+-- the source add inserted rows and updated rows whose source columns changed. A worker claims a
+-- batch (DELETE ... FOR UPDATE SKIP LOCKED), reads the rows' text as the job's owner, embeds
+-- them, writes the vectors as the owner, adds the batch to the job's progress and commits: the
+-- claim, the vectors and the progress are one transaction, so a crash loses or repeats nothing.
+--
+-- The statements a worker runs are generated here once, with every identifier quoted, and kept
+-- in the job's row. Only the extension's owner (through these SECURITY DEFINER functions) writes
+-- the tables below; users see their own jobs through the views tributary.jobs and
+-- tributary.job_errors.
+
+-- Rust helpers (src/worker/), generated in the extension's schema, moved next to the rest.
+ALTER FUNCTION _wake_launcher() SET SCHEMA tributary;
+ALTER FUNCTION _outer_user() SET SCHEMA tributary;
+ALTER FUNCTION workers() SET SCHEMA tributary;
+REVOKE ALL ON FUNCTION tributary._wake_launcher() FROM PUBLIC;
+
+CREATE TABLE tributary._jobs (
+    id            bigserial PRIMARY KEY,
+    name          text NOT NULL UNIQUE,
+    source        regclass NOT NULL,
+    columns       text[] NOT NULL,               -- '{*}': whole rows (tributary_row_text)
+    target_table  regclass,                      -- NULL: target is a column of source
+    target        name NOT NULL,
+    target_type   text NOT NULL CHECK (target_type IN ('vector', 'halfvec')),
+    model         text NOT NULL,
+    batch_size    integer NOT NULL CHECK (batch_size BETWEEN 1 AND 100000),   -- rows
+    mode          text NOT NULL CHECK (mode IN ('once', 'continuous')),
+    workers       integer NOT NULL CHECK (workers BETWEEN 1 AND 32),
+    row_options   jsonb,                         -- whole rows: exclude, parents, children, time_columns
+    owner         regrole NOT NULL,              -- rows are read and written with this role's rights
+    state         text NOT NULL DEFAULT 'pending'
+                  CHECK (state IN ('pending', 'running', 'paused', 'done', 'failed', 'cancelled')),
+    queue         regclass NOT NULL,
+    rows_done     bigint NOT NULL DEFAULT 0,     -- rows embedded and written, by committed batches
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_batch_at timestamptz,
+    last_error    text,
+    last_error_at timestamptz,
+    claim_sql      text NOT NULL,   -- $1 rows          -> jsonb array of claimed keys
+    claim_keys_sql text NOT NULL,   -- $1 jsonb keys    -> jsonb array of claimed keys
+    select_sql     text NOT NULL,   -- $1 jsonb keys    -> (key jsonb text, text), rows locked FOR KEY SHARE
+    write_sql      text NOT NULL,   -- $1 jsonb[] keys, $2 vector[]/halfvec[] (NULL: no text, clear)
+    requeue_sql    text NOT NULL    -- $1 jsonb keys    -> back into the queue
+);
+
+-- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
+-- queue), gave_up (tributary.job_max_attempts reached; the row is not embedded).
+CREATE TABLE tributary._job_errors (
+    job_id          bigint NOT NULL REFERENCES tributary._jobs ON DELETE CASCADE,
+    key             jsonb NOT NULL,
+    sqlstate        text,
+    message         text NOT NULL,
+    detail          text,
+    attempts        integer NOT NULL DEFAULT 1,
+    status          text NOT NULL CHECK (status IN ('waiting', 'queued', 'gave_up')),
+    first_failed_at timestamptz NOT NULL DEFAULT now(),
+    last_failed_at  timestamptz NOT NULL DEFAULT now(),
+    next_attempt_at timestamptz,
+    PRIMARY KEY (job_id, key)
+);
+
+-- Committed batches, for rows/s; pruned to the last hour by the workers.
+CREATE TABLE tributary._job_batches (
+    job_id      bigint NOT NULL REFERENCES tributary._jobs ON DELETE CASCADE,
+    finished_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    rows        integer NOT NULL,
+    ms          double precision NOT NULL,
+    pid         integer NOT NULL
+);
+CREATE INDEX ON tributary._job_batches (job_id, finished_at);
+REVOKE ALL ON tributary._jobs, tributary._job_errors, tributary._job_batches FROM PUBLIC;
+
+-- Rows waiting in a job's queue (claimed rows of batches not yet committed included).
+CREATE FUNCTION tributary._queued(queue regclass) RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE n bigint;
+BEGIN
+    -- Only job queues: this runs with the extension owner's rights.
+    IF NOT EXISTS (SELECT 1 FROM tributary._jobs j WHERE j.queue = _queued.queue)
+       OR to_regclass(queue::text) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM %s', queue) INTO n;
+    RETURN n;
+END $$;
+
+-- Status of the jobs the current role owns (or is a member of the owner of).
+-- rows_per_second: rows of the batches committed in the last minute (or since the job started,
+-- if later) over that time; seconds_left: rows_queued at that rate.
+CREATE VIEW tributary.jobs AS
+SELECT j.id, j.name, j.state, j.mode, j.source, j.columns,
+       coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
+       j.owner,
+       j.rows_done,
+       q.queued AS rows_queued,
+       e.failed AS rows_failed,
+       j.rows_done + coalesce(q.queued, 0) + e.gave_up AS rows_total,
+       r.rate AS rows_per_second,
+       CASE WHEN r.rate > 0 THEN round(q.queued / r.rate) END AS seconds_left,
+       j.last_error, j.last_error_at, j.created_at, j.started_at, j.last_batch_at, j.finished_at
+FROM tributary._jobs j
+CROSS JOIN LATERAL (SELECT tributary._queued(j.queue) AS queued) q
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE status <> 'queued') AS failed,
+           count(*) FILTER (WHERE status = 'gave_up') AS gave_up
+    FROM tributary._job_errors x WHERE x.job_id = j.id) e
+CROSS JOIN LATERAL (
+    SELECT round((sum(b.rows) / greatest(extract(epoch FROM now() - max(w.since)), 0.001))::numeric, 1) AS rate
+    FROM (SELECT greatest(now() - interval '1 minute', j.started_at) AS since) w
+    LEFT JOIN tributary._job_batches b ON b.job_id = j.id AND b.finished_at > w.since) r
+WHERE pg_has_role(j.owner, 'USAGE');
+
+CREATE VIEW tributary.job_errors AS
+SELECT x.job_id, j.name AS job_name, x.key, x.sqlstate, x.message, x.detail, x.attempts, x.status,
+       x.first_failed_at, x.last_failed_at, x.next_attempt_at
+FROM tributary._job_errors x JOIN tributary._jobs j ON j.id = x.job_id
+WHERE pg_has_role(j.owner, 'USAGE');
+GRANT SELECT ON tributary.jobs, tributary.job_errors TO PUBLIC;
+
+-- The caller's job, or an error: 42704 no such job, 42501 not the owner.
+CREATE FUNCTION tributary._own_job(job bigint) RETURNS tributary._jobs
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs;
+BEGIN
+    SELECT * INTO j FROM tributary._jobs WHERE id = job FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object',
+            HINT = 'Jobs are listed in tributary.jobs.';
+    END IF;
+    IF NOT pg_has_role(tributary._outer_user(), j.owner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be a member of role "%" to manage job %', j.owner, job
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN j;
+END $$;
+
+CREATE FUNCTION tributary_job_create(
+    source       regclass,
+    columns      text[],
+    target       name DEFAULT 'embedding',
+    model        text DEFAULT NULL,
+    mode         text DEFAULT 'once',
+    target_table text DEFAULT NULL,
+    batch_size   integer DEFAULT 256,
+    workers      integer DEFAULT 1,
+    name         text DEFAULT NULL,
+    exclude      text[] DEFAULT NULL,
+    parents      integer DEFAULT 0,
+    children     integer DEFAULT 0,
+    time_columns text[] DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+DECLARE
+    caller    oid := tributary._outer_user();
+    whole     boolean := columns = '{*}';
+    m         tributary.models;
+    pk        text[];           -- primary key columns, quoted
+    pk_types  text[];
+    src       text := source::text;
+    tgt       regclass;
+    tgt_name  text;
+    tgt_type  text;
+    tgt_mod   integer;
+    c         text;
+    id        bigint := nextval('tributary._jobs_id_seq');
+    q         text := format('tributary.%I', '_queue_' || id);
+    fn        text := format('tributary.%I', '_enqueue_' || id);
+    k_src     text;  k_new text;  k_old text;  k_kk text;  k_k text;  k_g text;  k_q text;  k_o text;
+    text_expr text;
+    differs   text;
+    nonnull   text := 'true';   -- over the new rows n
+    nonnull_t text := 'true';   -- over the source rows t
+    excl      text[];
+    arr       text;
+    filter    text;
+BEGIN
+    IF source IS NULL OR columns IS NULL OR target IS NULL THEN
+        RAISE EXCEPTION 'source, columns and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF cardinality(columns) IS NULL OR cardinality(columns) = 0 THEN
+        RAISE EXCEPTION 'columns must name at least one column' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Name the text columns, or pass ''{*}'' to embed whole rows.';
+    END IF;
+    IF mode IS NULL OR mode NOT IN ('once', 'continuous') THEN
+        RAISE EXCEPTION 'mode must be once or continuous, not %', coalesce(mode, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 100000, not %', coalesce(batch_size::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF workers IS NULL OR workers NOT BETWEEN 1 AND 32 THEN
+        RAISE EXCEPTION 'workers must be between 1 and 32, not %', coalesce(workers::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT whole AND (exclude IS NOT NULL OR parents <> 0 OR children <> 0 OR time_columns IS NOT NULL) THEN
+        RAISE EXCEPTION 'exclude, parents, children and time_columns apply to whole rows only'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass columns => ''{*}'' to embed whole rows.';
+    END IF;
+    IF parents < 0 OR children < 0 THEN
+        RAISE EXCEPTION 'parents and children must be 0 or more' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Only the table's owner makes jobs on it: a job adds triggers to it and writes every row.
+    IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = source), 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', src USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF (SELECT relkind FROM pg_class WHERE oid = source) <> 'r' THEN
+        RAISE EXCEPTION '"%" is not a table', src USING ERRCODE = 'wrong_object_type',
+            HINT = 'Jobs embed ordinary tables; partitioned tables and views are not supported.';
+    END IF;
+
+    SELECT * INTO m FROM tributary.models x WHERE x.name = coalesce(model, current_setting('tributary.model'));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'model "%" does not exist', coalesce(model, current_setting('tributary.model'))
+            USING ERRCODE = 'undefined_object',
+            HINT = 'Registered models are listed in tributary.models; see tributary_register_model().';
+    END IF;
+
+    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord), array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord)
+      INTO pk, pk_types
+      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = source AND i.indisprimary;
+    IF pk IS NULL THEN
+        RAISE EXCEPTION 'table % has no primary key', src USING ERRCODE = 'invalid_table_definition',
+            DETAIL = 'A job keeps track of rows by their primary key.',
+            HINT = 'Add one, for example: ALTER TABLE ... ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY.';
+    END IF;
+
+    IF NOT whole THEN
+        FOREACH c IN ARRAY columns LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = source AND attname = c AND attnum > 0 AND NOT attisdropped) THEN
+                RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, src USING ERRCODE = 'undefined_column';
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- The target: a column of source, or of a separate table keyed like source (made if missing).
+    IF target_table IS NULL THEN
+        tgt := source;
+    ELSE
+        -- An unqualified name goes into the source's schema.
+        IF target_table NOT LIKE '%.%' THEN
+            target_table := format('%I.%I', (SELECT n.nspname FROM pg_namespace n JOIN pg_class r ON r.relnamespace = n.oid
+                                            WHERE r.oid = source), target_table);
+        END IF;
+        tgt := to_regclass(target_table);
+        IF tgt IS NULL THEN
+            EXECUTE format('CREATE TABLE %s (%s, %I %s(%s), PRIMARY KEY (%s))', target_table,
+                (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)),
+                target, CASE WHEN m.precision = 'fp16' THEN 'halfvec' ELSE 'vector' END, m.dimension,
+                array_to_string(pk, ', '));
+            tgt := to_regclass(target_table);
+            EXECUTE format('ALTER TABLE %s OWNER TO %I', tgt, caller::regrole);
+        ELSIF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tgt), 'USAGE') THEN
+            RAISE EXCEPTION 'must be owner of table %', tgt USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    tgt_name := tgt::text;
+    SELECT t.typname, a.atttypmod INTO tgt_type, tgt_mod
+      FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+     WHERE a.attrelid = tgt AND a.attname = target AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', target, tgt_name USING ERRCODE = 'undefined_column';
+    END IF;
+    IF tgt_type NOT IN ('vector', 'halfvec') THEN
+        RAISE EXCEPTION 'column "%" is of type %, not vector or halfvec', target, tgt_type
+            USING ERRCODE = 'datatype_mismatch', HINT = 'The target column must be of pgvector''s type vector(n) or halfvec(n).';
+    END IF;
+    IF tgt_mod > 0 AND tgt_mod <> m.dimension THEN
+        RAISE EXCEPTION 'expected % dimensions, not %', tgt_mod, m.dimension USING ERRCODE = 'data_exception',
+            DETAIL = format('column "%s" is %s(%s) but model "%s" produces %s dimensions', target, tgt_type, tgt_mod, m.name, m.dimension);
+    END IF;
+    IF tgt <> source AND NOT EXISTS (
+        SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique
+           AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)
+                JOIN pg_attribute a ON a.attrelid = tgt AND a.attnum = k.n)
+             = (SELECT array_agg(x ORDER BY x) FROM unnest(pk) x)) THEN
+        RAISE EXCEPTION 'table % has no unique key on (%)', tgt_name, array_to_string(pk, ', ')
+            USING ERRCODE = 'invalid_table_definition',
+            HINT = 'A target table holds one embedding per source row: its primary key must be the source''s primary key columns.';
+    END IF;
+
+    -- Key expressions: t = source row, k = key record, kk = key from a jsonb, n/o = new/old rows.
+    k_src := (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p);
+    k_k   := (SELECT string_agg('k.' || p, ', ') FROM unnest(pk) p);
+    k_kk  := (SELECT string_agg('kk.' || p, ', ') FROM unnest(pk) p);
+    k_new := (SELECT string_agg('n.' || p, ', ') FROM unnest(pk) p);
+    k_old := (SELECT string_agg('o.' || p, ', ') FROM unnest(pk) p);
+    k_g   := (SELECT string_agg('g.' || p, ', ') FROM unnest(pk) p);
+    k_q   := (SELECT string_agg('q.' || p, ', ') FROM unnest(pk) p);
+    k_o   := array_to_string(pk, ', ');
+
+    IF whole THEN
+        text_expr := 'row_to_json(t)::text';
+        -- Columns whose change does not change the row's text: the target and other embeddings.
+        SELECT array_agg(a.attname::text) INTO excl FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+         WHERE a.attrelid = source AND a.attnum > 0 AND NOT a.attisdropped
+           AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = source AND a.attname = target));
+        excl := coalesce(excl, '{}') || coalesce(exclude, '{}');
+        differs := format('(to_jsonb(o) - %L::text[]) IS DISTINCT FROM (to_jsonb(n) - %L::text[])', excl, excl);
+    ELSE
+        arr := (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x);
+        text_expr := format('CASE WHEN num_nonnulls(%s) > 0 THEN concat_ws(E''\n'', %s) END', arr, arr);
+        differs := format('ROW(%s) IS DISTINCT FROM ROW(%s)',
+            (SELECT string_agg('o.' || quote_ident(x), ', ') FROM unnest(columns) x),
+            (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(columns) x));
+        nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(columns) x));
+        nonnull_t := format('num_nonnulls(%s) > 0', arr);
+    END IF;
+
+    -- The queue: one row per source key still to embed.
+    EXECUTE format('CREATE TABLE %s (%s, PRIMARY KEY (%s))', q,
+        (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)), k_o);
+    IF tgt = source THEN
+        filter := format('t.%I IS NULL', target);
+    ELSE
+        filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) = (%s))', tgt_name, k_g, k_src);
+    END IF;
+    EXECUTE format('INSERT INTO %s SELECT %s FROM %s t WHERE %s AND %s', q, k_src, src, filter, nonnull_t);
+
+    INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
+        mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
+    VALUES (id, coalesce(name, format('%s.%s', src, target)), source, columns, nullif(tgt, source), target, tgt_type,
+        m.name, batch_size, mode, workers,
+        CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
+             'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
+        caller, q::regclass,
+        format('WITH c AS (DELETE FROM %s AS q WHERE (%s) IN (SELECT %s FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING q.*) '
+               'SELECT jsonb_agg(to_jsonb(c))::text FROM c', q, k_q, k_o, q, k_o),
+        format('WITH c AS (DELETE FROM %s AS q USING jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
+               'SELECT jsonb_agg(to_jsonb(c))::text FROM c', q, q, k_q, k_kk),
+        format('SELECT to_jsonb(k)::text, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
+               'FOR KEY SHARE OF t', text_expr, src, q, k_src, k_k),
+        CASE WHEN tgt = source THEN
+            format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[]) AS u(k, e) '
+                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s)',
+                   src, target, tgt_type, q, k_src, k_kk)
+        ELSE
+            format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[]) AS u(k, e) '
+                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk), '
+                   'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
+                   'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
+                   'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
+                   tgt_type, q, tgt_name, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
+                   tgt_name, k_o, target, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p), k_o, target, target)
+        END,
+        format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '
+               'ON CONFLICT DO NOTHING', q, q));
+
+    IF mode = 'continuous' THEN
+        -- Statement-level triggers with transition tables: one INSERT into the queue per
+        -- statement. SECURITY DEFINER: whoever writes the source need not see the queue.
+        EXECUTE format($f$
+CREATE FUNCTION %1$s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO %2$s SELECT %3$s FROM new_rows n WHERE %4$s ON CONFLICT DO NOTHING;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO %2$s SELECT %3$s FROM new_rows n LEFT JOIN old_rows o ON (%5$s) = (%3$s)
+         WHERE o IS NULL OR %6$s ON CONFLICT DO NOTHING;
+        IF %7$L THEN  -- separate target table: keys that went away take their embedding along
+            DELETE FROM %8$s g USING old_rows o WHERE (%9$s) = (%5$s)
+               AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%3$s) = (%5$s));
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
+        DELETE FROM %8$s g USING old_rows o WHERE (%9$s) = (%5$s);
+    ELSIF TG_OP = 'TRUNCATE' THEN
+        TRUNCATE %8$s;
+    END IF;
+    RETURN NULL;
+END $body$$f$, fn, q, k_new, nonnull, k_old, differs, tgt <> source, tgt_name, k_g);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+            'tributary_job_' || id || '_insert', src, fn);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+            'tributary_job_' || id || '_update', src, fn);
+        IF tgt <> source THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+                'tributary_job_' || id || '_delete', src, fn);
+            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s()',
+                'tributary_job_' || id || '_truncate', src, fn);
+        END IF;
+    END IF;
+    PERFORM tributary._wake_launcher();
+    RETURN id;
+END $fn$;
+
+-- Drops what a job added to the database: its triggers, trigger function and queue.
+CREATE FUNCTION tributary._job_cleanup(j tributary._jobs) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE t text;
+BEGIN
+    IF to_regclass(j.source::text) IS NOT NULL THEN
+        FOREACH t IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate'] LOOP
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'tributary_job_' || j.id || '_' || t, j.source);
+        END LOOP;
+    END IF;
+    EXECUTE format('DROP FUNCTION IF EXISTS tributary.%I()', '_enqueue_' || j.id);
+    EXECUTE format('DROP TABLE IF EXISTS tributary.%I', '_queue_' || j.id);
+END $$;
+
+CREATE FUNCTION tributary_job_pause(job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs := tributary._own_job(job);
+BEGIN
+    IF j.state NOT IN ('pending', 'running', 'paused') THEN
+        RAISE EXCEPTION 'job % is %, not pending or running', job, j.state USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE tributary._jobs SET state = 'paused' WHERE id = job;
+END $$;
+
+CREATE FUNCTION tributary_job_resume(job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs := tributary._own_job(job);
+BEGIN
+    IF j.state = 'cancelled' THEN
+        RAISE EXCEPTION 'job % is cancelled', job USING ERRCODE = 'object_not_in_prerequisite_state',
+            HINT = 'A cancelled job has dropped its queue; create a new job.';
+    END IF;
+    -- Failed rows get a new chance now, whatever their attempts.
+    EXECUTE j.requeue_sql USING (SELECT coalesce(jsonb_agg(key), '[]') FROM tributary._job_errors WHERE job_id = job AND status <> 'queued');
+    UPDATE tributary._job_errors SET status = 'queued', next_attempt_at = NULL WHERE job_id = job AND status <> 'queued';
+    UPDATE tributary._jobs SET state = 'pending', finished_at = NULL WHERE id = job;
+    PERFORM tributary._wake_launcher();
+END $$;
+
+CREATE FUNCTION tributary_job_cancel(job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs := tributary._own_job(job);
+BEGIN
+    PERFORM tributary._job_cleanup(j);
+    UPDATE tributary._jobs SET state = 'cancelled', finished_at = now() WHERE id = job;
+END $$;
+
+CREATE FUNCTION tributary_job_drop(job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs := tributary._own_job(job);
+BEGIN
+    PERFORM tributary._job_cleanup(j);
+    DELETE FROM tributary._jobs WHERE id = job;
+END $$;
+
+-- Worker side (called by the workers as the bootstrap superuser).
+
+-- Failed rows whose back-off is over go back into the queue.
+CREATE FUNCTION tributary._requeue_due(job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE keys jsonb;
+BEGIN
+    WITH d AS (UPDATE tributary._job_errors SET status = 'queued'
+                WHERE job_id = job AND status = 'waiting' AND next_attempt_at <= now() RETURNING key)
+    SELECT jsonb_agg(key) INTO keys FROM d;
+    IF keys IS NOT NULL THEN
+        EXECUTE (SELECT requeue_sql FROM tributary._jobs WHERE id = job) USING keys;
+    END IF;
+END $$;
+
+-- A once job with nothing queued and no row waiting for a retry is done.
+CREATE FUNCTION tributary._finish_if_done(job bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs;
+BEGIN
+    SELECT * INTO j FROM tributary._jobs WHERE id = job;
+    IF j.mode <> 'once' OR j.state NOT IN ('pending', 'running') THEN RETURN false; END IF;
+    IF tributary._queued(j.queue) > 0
+       OR EXISTS (SELECT 1 FROM tributary._job_errors WHERE job_id = job AND status IN ('waiting', 'queued')) THEN
+        RETURN false;
+    END IF;
+    UPDATE tributary._jobs SET state = 'done', finished_at = now(), started_at = coalesce(started_at, now()) WHERE id = job;
+    RETURN true;
+END $$;
+
+REVOKE ALL ON FUNCTION tributary._requeue_due(bigint), tributary._finish_if_done(bigint),
+    tributary._job_cleanup(tributary._jobs) FROM PUBLIC;
