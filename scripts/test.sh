@@ -2,7 +2,8 @@
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
 #   1. model preparation tests (pytest, ort/scripts/test_export.py)
 #   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster
-#   3. integration tests from a client (tests/integration: cancel, progress, concurrency)
+#   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
+#      in background workers with crash tests, on a second cluster with shared_preload_libraries)
 #   4. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
 #   5. engine unit tests (#[test]) and in-backend tests (#[pg_test]) with cargo pgrx test
 # Ends with a line "N passed, N failed".
@@ -66,8 +67,21 @@ step "SQL golden tests (pg_regress)" regress
 
 integration() {
   cluster_psql -c "DROP DATABASE IF EXISTS tributary_it" -c "CREATE DATABASE tributary_it"
-  TRIBUTARY_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_it" \
+  # Jobs need tributary in shared_preload_libraries, and the crash test stops its cluster with
+  # -m immediate: a cluster of their own.
+  local main_host=$PGHOST main_port=$PGPORT rc
+  cluster_destroy jobs
+  CLUSTER_EXTRA_CONF="shared_preload_libraries = 'tributary'
+max_worker_processes = 16" cluster_start jobs 55434 || return 1
+  cluster_psql -c "CREATE DATABASE tributary_jobs"
+  TRIBUTARY_JOBS_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_jobs" \
+  TRIBUTARY_JOBS_PGDATA=/tmp/tributary-jobs/data TRIBUTARY_PGBIN=$PGBIN \
+  TRIBUTARY_TEST_DSN="host=$main_host port=$main_port user=postgres dbname=tributary_it" \
     .venv/bin/python -m pytest -q tests/integration
+  rc=$?
+  cluster_destroy jobs
+  export PGHOST=$main_host PGPORT=$main_port
+  return $rc
 }
 step "integration tests (pytest)" integration
 

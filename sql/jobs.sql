@@ -101,15 +101,14 @@ SELECT j.id, j.name, j.state, j.mode, j.source, j.columns,
        j.rows_done,
        q.queued AS rows_queued,
        e.failed AS rows_failed,
-       j.rows_done + coalesce(q.queued, 0) + e.gave_up AS rows_total,
+       j.rows_done + coalesce(q.queued, 0) + e.failed AS rows_total,
        r.rate AS rows_per_second,
        CASE WHEN r.rate > 0 THEN round(q.queued / r.rate) END AS seconds_left,
        j.last_error, j.last_error_at, j.created_at, j.started_at, j.last_batch_at, j.finished_at
 FROM tributary._jobs j
 CROSS JOIN LATERAL (SELECT tributary._queued(j.queue) AS queued) q
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE status <> 'queued') AS failed,
-           count(*) FILTER (WHERE status = 'gave_up') AS gave_up
+    SELECT count(*) FILTER (WHERE status <> 'queued') AS failed
     FROM tributary._job_errors x WHERE x.job_id = j.id) e
 CROSS JOIN LATERAL (
     SELECT round((sum(b.rows) / greatest(extract(epoch FROM now() - max(w.since)), 0.001))::numeric, 1) AS rate
@@ -123,6 +122,15 @@ SELECT x.job_id, j.name AS job_name, x.key, x.sqlstate, x.message, x.detail, x.a
 FROM tributary._job_errors x JOIN tributary._jobs j ON j.id = x.job_id
 WHERE pg_has_role(j.owner, 'USAGE');
 GRANT SELECT ON tributary.jobs, tributary.job_errors TO PUBLIC;
+
+-- pgvector's vector or halfvec type, schema-qualified.
+CREATE FUNCTION tributary._vector_type(typname text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format_type(t.oid, NULL) FROM pg_type t
+      JOIN pg_depend d ON d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e'
+      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'vector'
+     WHERE t.typname = _vector_type.typname
+$$;
 
 -- The caller's job, or an error: 42704 no such job, 42501 not the owner.
 CREATE FUNCTION tributary._own_job(job bigint) RETURNS tributary._jobs
@@ -169,6 +177,7 @@ DECLARE
     tgt_name  text;
     tgt_type  text;
     tgt_mod   integer;
+    vtype     text;     -- the target's type, schema-qualified (pgvector may live in any schema)
     c         text;
     id        bigint := nextval('tributary._jobs_id_seq');
     q         text := format('tributary.%I', '_queue_' || id);
@@ -256,7 +265,7 @@ BEGIN
         IF tgt IS NULL THEN
             EXECUTE format('CREATE TABLE %s (%s, %I %s(%s), PRIMARY KEY (%s))', target_table,
                 (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)),
-                target, CASE WHEN m.precision = 'fp16' THEN 'halfvec' ELSE 'vector' END, m.dimension,
+                target, tributary._vector_type(CASE WHEN m.precision = 'fp16' THEN 'halfvec' ELSE 'vector' END), m.dimension,
                 array_to_string(pk, ', '));
             tgt := to_regclass(target_table);
             EXECUTE format('ALTER TABLE %s OWNER TO %I', tgt, caller::regrole);
@@ -275,6 +284,7 @@ BEGIN
         RAISE EXCEPTION 'column "%" is of type %, not vector or halfvec', target, tgt_type
             USING ERRCODE = 'datatype_mismatch', HINT = 'The target column must be of pgvector''s type vector(n) or halfvec(n).';
     END IF;
+    vtype := tributary._vector_type(tgt_type);
     IF tgt_mod > 0 AND tgt_mod <> m.dimension THEN
         RAISE EXCEPTION 'expected % dimensions, not %', tgt_mod, m.dimension USING ERRCODE = 'data_exception',
             DETAIL = format('column "%s" is %s(%s) but model "%s" produces %s dimensions', target, tgt_type, tgt_mod, m.name, m.dimension);
@@ -329,7 +339,8 @@ BEGIN
 
     INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
         mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
-    VALUES (id, coalesce(name, format('%s.%s', src, target)), source, columns, nullif(tgt, source), target, tgt_type,
+    VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.name = format('%s.%s', src, target))
+                                THEN format('%s.%s (job %s)', src, target, id) ELSE format('%s.%s', src, target) END), source, columns, nullif(tgt, source), target, tgt_type,
         m.name, batch_size, mode, workers,
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
@@ -343,14 +354,14 @@ BEGIN
         CASE WHEN tgt = source THEN
             format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[]) AS u(k, e) '
                    'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s)',
-                   src, target, tgt_type, q, k_src, k_kk)
+                   src, target, vtype, q, k_src, k_kk)
         ELSE
             format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[]) AS u(k, e) '
                    'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk), '
                    'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
                    'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
                    'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
-                   tgt_type, q, tgt_name, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
+                   vtype, q, tgt_name, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
                    tgt_name, k_o, target, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p), k_o, target, target)
         END,
         format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '

@@ -173,12 +173,13 @@ fn database_name(db: pg_sys::Oid) -> String {
 #[pg_extern(volatile, parallel_unsafe)]
 fn _wake_launcher() -> bool {
     if !PRELOADED.load(Ordering::Relaxed) {
-        pgrx::ereport!(
-            PgLogLevel::WARNING,
+        pgrx::pg_sys::panic::ErrorReport::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "tributary is not in shared_preload_libraries: jobs wait until it is",
-            "Add tributary to shared_preload_libraries in postgresql.conf and restart PostgreSQL; the job starts then."
-        );
+            "tributary",
+        )
+        .set_hint("Add tributary to shared_preload_libraries in postgresql.conf and restart PostgreSQL; the job starts then.")
+        .report(PgLogLevel::WARNING);
         return false;
     }
     if !CALLBACK_REGISTERED.replace(true) {
@@ -539,6 +540,7 @@ fn is_job_error(code: PgSqlErrorCode) -> bool {
             | ERRCODE_OUT_OF_MEMORY
             | ERRCODE_DISK_FULL
             | ERRCODE_READ_ONLY_SQL_TRANSACTION
+            | ERRCODE_INTERNAL_ERROR
     )
 }
 
@@ -826,14 +828,19 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     )
     .map_err(spi_error)
     .or_raise();
-    let still_running = Spi::get_one_with_args::<i64>(
-        "UPDATE tributary._jobs SET rows_done = rows_done + $2, last_batch_at = now() \
-          WHERE id = $1 AND state = 'running' RETURNING id",
-        &[job.id.into(), n.into()],
-    )
+    // Paused, cancelled or dropped meanwhile: the UPDATE finds no row and the batch is undone.
+    let still_running = Spi::connect_mut(|c| {
+        c.update(
+            "UPDATE tributary._jobs SET rows_done = rows_done + $2, last_batch_at = now() \
+              WHERE id = $1 AND state = 'running' RETURNING id",
+            None,
+            &[job.id.into(), n.into()],
+        )
+        .map(|t| t.len())
+    })
     .map_err(spi_error)
     .or_raise();
-    if still_running.is_none() {
+    if still_running == 0 {
         return (Outcome::Stopped, false);
     }
     Spi::run_with_args(
