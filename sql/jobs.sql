@@ -71,7 +71,8 @@ CREATE TABLE tributary._job_batches (
     job_id      bigint NOT NULL REFERENCES tributary._jobs ON DELETE CASCADE,
     finished_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     rows        integer NOT NULL,
-    ms          double precision NOT NULL,
+    ms          double precision NOT NULL,   -- the whole batch transaction
+    embed_ms    double precision NOT NULL,   -- of which tokenizing and running the model
     pid         integer NOT NULL
 );
 CREATE INDEX ON tributary._job_batches (job_id, finished_at);

@@ -799,7 +799,9 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
 
     let present: Vec<&str> = texts.iter().flatten().map(String::as_str).collect();
     let n = present.len() as i64;
+    let embed_started = Instant::now();
     let emb = if present.is_empty() { None } else { Some(crate::api::embed::embed(&present, Some(&job.model)).or_raise()) };
+    let embed_ms = embed_started.elapsed().as_secs_f64() * 1e3;
     let mut next = 0;
     let mut take = |has: bool| {
         let i = next;
@@ -844,8 +846,8 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
         return (Outcome::Stopped, false);
     }
     Spi::run_with_args(
-        "INSERT INTO tributary._job_batches (job_id, rows, ms, pid) VALUES ($1, $2, $3, pg_backend_pid())",
-        &[job.id.into(), (n as i32).into(), (started.elapsed().as_secs_f64() * 1e3).into()],
+        "INSERT INTO tributary._job_batches (job_id, rows, ms, embed_ms, pid) VALUES ($1, $2, $3, $4, pg_backend_pid())",
+        &[job.id.into(), (n as i32).into(), (started.elapsed().as_secs_f64() * 1e3).into(), embed_ms.into()],
     )
     .map_err(spi_error)
     .or_raise();
