@@ -247,8 +247,16 @@ pub extern "C-unwind" fn tributary_launcher_main(_arg: pg_sys::Datum) {
                 (d.db, String::from_utf8_lossy(&d.name[..end]).into_owned(), d.wanted)
             })
             .collect();
+        // Databases dropped (or closed to connections) since they asked are forgotten, or a
+        // worker would fail to connect at every round.
+        let short = wants.iter().any(|(db, _, w)| running.iter().filter(|(d, _)| d == db).count() < *w as usize);
+        let live: Vec<u32> = if short { databases().iter().map(|(o, _)| o.to_u32()).collect() } else { Vec::new() };
         'dbs: for (db, name, wanted) in wants {
             let mut have = running.iter().filter(|(d, _)| *d == db).count() as u32;
+            if have < wanted && !live.contains(&db) {
+                set_wanted(db, &name, 0, false);
+                continue;
+            }
             while have < wanted {
                 if running.len() >= gucs::max_workers() {
                     break 'dbs;
@@ -584,18 +592,24 @@ fn plan(db: u32, dbname: &str) -> Next {
     set_wanted(db, dbname, demand.max(polling as u32), false);
 
     let me = SLOT.load(Ordering::Relaxed);
+    // Picked and taken under one lock, so that two workers never exceed a job's `workers`.
     let pick = {
-        let r = REGISTRY.share();
-        jobs.iter()
+        let mut r = REGISTRY.exclusive();
+        let id = jobs
+            .iter()
             .filter(|j| j.3)
             .find(|j| r.slots.iter().filter(|s| s.pid != 0 && s.job == j.0).count() < j.2 as usize)
-            .map(|j| j.0)
+            .map(|j| j.0);
+        if let Some(id) = id {
+            r.slots[me].job = id;
+        }
+        id
     };
     if let Some(id) = pick {
-        REGISTRY.exclusive().slots[me].job = id;
         if let Some(job) = load_job(id) {
             return Next::Run(job);
         }
+        REGISTRY.exclusive().slots[me].job = 0;
     }
     for j in jobs.iter().filter(|j| !j.3 && j.1 == "once") {
         let _ = Spi::get_one_with_args::<bool>("SELECT tributary._finish_if_done($1)", &[j.0.into()]);
