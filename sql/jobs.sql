@@ -17,7 +17,8 @@
 ALTER FUNCTION _wake_launcher() SET SCHEMA tributary;
 ALTER FUNCTION _outer_user() SET SCHEMA tributary;
 ALTER FUNCTION workers() SET SCHEMA tributary;
-REVOKE ALL ON FUNCTION tributary._wake_launcher() FROM PUBLIC;
+ALTER FUNCTION _run_as(oid, text) SET SCHEMA tributary;
+REVOKE ALL ON FUNCTION tributary._wake_launcher(), tributary._run_as(oid, text) FROM PUBLIC;
 
 CREATE TABLE tributary._jobs (
     id            bigserial PRIMARY KEY,
@@ -84,7 +85,8 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE n bigint;
 BEGIN
     -- Only job queues: this runs with the extension owner's rights.
-    IF NOT EXISTS (SELECT 1 FROM tributary._jobs j WHERE j.queue = _queued.queue)
+    IF NOT EXISTS (SELECT 1 FROM tributary._jobs j WHERE j.queue = _queued.queue
+                    AND pg_has_role(tributary._outer_user(), j.owner, 'USAGE'))
        OR to_regclass(queue::text) IS NULL THEN
         RETURN NULL;
     END IF;
@@ -95,7 +97,7 @@ END $$;
 -- Status of the jobs the current role owns (or is a member of the owner of).
 -- rows_per_second: rows of the batches committed in the last minute (or since the job started,
 -- if later) over that time; seconds_left: rows_queued at that rate.
-CREATE VIEW tributary.jobs AS
+CREATE VIEW tributary.jobs WITH (security_barrier) AS
 SELECT j.id, j.name, j.state, j.mode, j.source, j.columns,
        coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
        j.owner,
@@ -117,7 +119,7 @@ CROSS JOIN LATERAL (
     LEFT JOIN tributary._job_batches b ON b.job_id = j.id AND b.finished_at > w.since) r
 WHERE pg_has_role(j.owner, 'USAGE');
 
-CREATE VIEW tributary.job_errors AS
+CREATE VIEW tributary.job_errors WITH (security_barrier) AS
 SELECT x.job_id, j.name AS job_name, x.key, x.sqlstate, x.message, x.detail, x.attempts, x.status,
        x.first_failed_at, x.last_failed_at, x.next_attempt_at
 FROM tributary._job_errors x JOIN tributary._jobs j ON j.id = x.job_id
@@ -134,11 +136,17 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- The caller's job, or an error: 42704 no such job, 42501 not the owner.
-CREATE FUNCTION tributary._own_job(job bigint) RETURNS tributary._jobs
+-- lock: also lock the job's row (not before dropping a job's triggers and queue, which wait for
+-- the batch in flight, whose commit updates that row).
+CREATE FUNCTION tributary._own_job(job bigint, lock boolean DEFAULT true) RETURNS tributary._jobs
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE j tributary._jobs;
 BEGIN
-    SELECT * INTO j FROM tributary._jobs WHERE id = job FOR UPDATE;
+    IF lock THEN
+        SELECT * INTO j FROM tributary._jobs WHERE id = job FOR UPDATE;
+    ELSE
+        SELECT * INTO j FROM tributary._jobs WHERE id = job;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object',
             HINT = 'Jobs are listed in tributary.jobs.';
@@ -191,6 +199,8 @@ DECLARE
     excl      text[];
     arr       text;
     filter    text;
+    guard     text;     -- what the row's text is made of, to check before writing that it did not change
+    checked   text;     -- that check over the source row t and the batch's row u (continuous mode)
 BEGIN
     IF source IS NULL OR columns IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'source, columns and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -264,14 +274,20 @@ BEGIN
         END IF;
         tgt := to_regclass(target_table);
         IF tgt IS NULL THEN
+            IF NOT has_schema_privilege(caller, (parse_ident(target_table))[1], 'CREATE') THEN
+                RAISE EXCEPTION 'permission denied to create table % in its schema', target_table
+                    USING ERRCODE = 'insufficient_privilege';
+            END IF;
             EXECUTE format('CREATE TABLE %s (%s, %I %s(%s), PRIMARY KEY (%s))', target_table,
                 (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)),
                 target, tributary._vector_type(CASE WHEN m.precision = 'fp16' THEN 'halfvec' ELSE 'vector' END), m.dimension,
                 array_to_string(pk, ', '));
             tgt := to_regclass(target_table);
-            EXECUTE format('ALTER TABLE %s OWNER TO %I', tgt, caller::regrole);
+            EXECUTE format('ALTER TABLE %s OWNER TO %s', tgt, caller::regrole);
         ELSIF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tgt), 'USAGE') THEN
             RAISE EXCEPTION 'must be owner of table %', tgt USING ERRCODE = 'insufficient_privilege';
+        ELSIF (SELECT relkind FROM pg_class WHERE oid = tgt) <> 'r' THEN
+            RAISE EXCEPTION '"%" is not a table', tgt USING ERRCODE = 'wrong_object_type';
         END IF;
     END IF;
     tgt_name := tgt::text;
@@ -318,25 +334,36 @@ BEGIN
            AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = source AND a.attname = target));
         excl := coalesce(excl, '{}') || coalesce(exclude, '{}');
         differs := format('(to_jsonb(o) - %L::text[]) IS DISTINCT FROM (to_jsonb(n) - %L::text[])', excl, excl);
+        guard := format('(to_jsonb(t) - %L::text[])::text', excl);
     ELSE
         arr := (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x);
         text_expr := format('CASE WHEN num_nonnulls(%s) > 0 THEN concat_ws(E''\n'', %s) END', arr, arr);
+        -- As text: every type has one, not every type has "=".
         differs := format('ROW(%s) IS DISTINCT FROM ROW(%s)',
-            (SELECT string_agg('o.' || quote_ident(x), ', ') FROM unnest(columns) x),
-            (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(columns) x));
+            (SELECT string_agg('o.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x),
+            (SELECT string_agg('n.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x));
         nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(columns) x));
         nonnull_t := format('num_nonnulls(%s) > 0', arr);
+        guard := text_expr;
     END IF;
 
-    -- The queue: one row per source key still to embed.
-    EXECUTE format('CREATE TABLE %s (%s, PRIMARY KEY (%s))', q,
-        (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)), k_o);
+    -- The queue: source keys still to embed. No unique key: a trigger never waits for (or is
+    -- skipped because of) a batch that holds the same key; a claim takes a key's duplicates once.
+    EXECUTE format('CREATE TABLE %s (%s)', q, (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)));
+    EXECUTE format('CREATE INDEX ON %s (%s)', q, k_o);
+    EXECUTE format('GRANT SELECT, INSERT ON %s TO %s', q, caller::regrole);
+    -- No write between the fill and the triggers goes unseen.
+    IF mode = 'continuous' THEN
+        EXECUTE format('LOCK TABLE %s IN SHARE MODE', src);
+    END IF;
     IF tgt = source THEN
         filter := format('t.%I IS NULL', target);
     ELSE
         filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) = (%s))', tgt_name, k_g, k_src);
     END IF;
-    EXECUTE format('INSERT INTO %s SELECT %s FROM %s t WHERE %s AND %s', q, k_src, src, filter, nonnull_t);
+    -- Read as the owner: the owner's types, casts and policies run with the owner's rights.
+    PERFORM tributary._run_as(caller, format('INSERT INTO %s SELECT %s FROM %s t WHERE %s AND %s', q, k_src, src, filter, nonnull_t));
+    checked := CASE WHEN mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
     INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
         mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
@@ -346,23 +373,24 @@ BEGIN
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
         caller, q::regclass,
-        format('WITH c AS (DELETE FROM %s AS q WHERE (%s) IN (SELECT %s FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING q.*) '
-               'SELECT jsonb_agg(to_jsonb(c))::text FROM c', q, k_q, k_o, q, k_o),
-        format('WITH c AS (DELETE FROM %s AS q USING jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
-               'SELECT jsonb_agg(to_jsonb(c))::text FROM c', q, q, k_q, k_kk),
-        format('SELECT to_jsonb(k)::text, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
-               'FOR KEY SHARE OF t', text_expr, src, q, k_src, k_k),
+        format('WITH c AS (DELETE FROM %s AS q USING (SELECT ctid AS tid FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) AS s '
+               'WHERE q.ctid = s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c))::text FROM c', q, q, k_o),
+        format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
+               'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c))::text FROM c', q, q, k_q, k_kk),
+        format('SELECT to_jsonb(k)::text, %s, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
+               'FOR KEY SHARE OF t', text_expr, guard, src, q, k_src, k_k),
         CASE WHEN tgt = source THEN
-            format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[]) AS u(k, e) '
-                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s)',
-                   src, target, vtype, q, k_src, k_kk)
+            format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
+                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s) AND %s',
+                   src, target, vtype, q, k_src, k_kk, checked)
         ELSE
-            format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[]) AS u(k, e) '
-                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk), '
+            format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
+                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk '
+                   'WHERE EXISTS (SELECT 1 FROM %s AS t WHERE (%s) = (%s) AND %s)), '
                    'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
                    'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
                    'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
-                   vtype, q, tgt_name, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
+                   vtype, q, src, k_src, k_kk, checked, tgt_name, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
                    tgt_name, k_o, target, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p), k_o, target, target)
         END,
         format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '
@@ -370,15 +398,16 @@ BEGIN
 
     IF mode = 'continuous' THEN
         -- Statement-level triggers with transition tables: one INSERT into the queue per
-        -- statement. SECURITY DEFINER: whoever writes the source need not see the queue.
+        -- statement. SECURITY DEFINER owned by the job's owner: whoever writes the source need
+        -- not see the queue, and nothing runs with more rights than the owner's.
         EXECUTE format($f$
 CREATE FUNCTION %1$s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO %2$s SELECT %3$s FROM new_rows n WHERE %4$s ON CONFLICT DO NOTHING;
+        INSERT INTO %2$s SELECT %3$s FROM new_rows n WHERE %4$s;
     ELSIF TG_OP = 'UPDATE' THEN
         INSERT INTO %2$s SELECT %3$s FROM new_rows n LEFT JOIN old_rows o ON (%5$s) = (%3$s)
-         WHERE o IS NULL OR %6$s ON CONFLICT DO NOTHING;
+         WHERE o IS NULL OR %6$s;
         IF %7$L THEN  -- separate target table: keys that went away take their embedding along
             DELETE FROM %8$s g USING old_rows o WHERE (%9$s) = (%5$s)
                AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%3$s) = (%5$s));
@@ -390,6 +419,7 @@ BEGIN
     END IF;
     RETURN NULL;
 END $body$$f$, fn, q, k_new, nonnull, k_old, differs, tgt <> source, tgt_name, k_g);
+        EXECUTE format('ALTER FUNCTION %s() OWNER TO %s', fn, caller::regrole);
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
             'tributary_job_' || id || '_insert', src, fn);
         EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
@@ -446,7 +476,7 @@ END $$;
 
 CREATE FUNCTION tributary_job_cancel(job bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(job);
+DECLARE j tributary._jobs := tributary._own_job(job, false);
 BEGIN
     PERFORM tributary._job_cleanup(j);
     UPDATE tributary._jobs SET state = 'cancelled', finished_at = now() WHERE id = job;
@@ -454,7 +484,7 @@ END $$;
 
 CREATE FUNCTION tributary_job_drop(job bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(job);
+DECLARE j tributary._jobs := tributary._own_job(job, false);
 BEGIN
     PERFORM tributary._job_cleanup(j);
     DELETE FROM tributary._jobs WHERE id = job;

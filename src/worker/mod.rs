@@ -134,7 +134,8 @@ fn wake_launcher_now() {
 }
 
 thread_local! {
-    static WAKE_AT_COMMIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This database's name, read in the transaction: nothing may fail after the commit.
+    static WAKE_AT_COMMIT: RefCell<Option<String>> = const { RefCell::new(None) };
     static CALLBACK_REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -142,14 +143,16 @@ thread_local! {
 unsafe extern "C-unwind" fn at_xact_end(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     match event {
         pg_sys::XactEvent::XACT_EVENT_COMMIT => {
-            if WAKE_AT_COMMIT.replace(false) {
+            if let Some(name) = WAKE_AT_COMMIT.take() {
+                // SAFETY: plain read of a process global.
                 let db = unsafe { pg_sys::MyDatabaseId };
-                let name = database_name(db);
                 set_wanted(db.to_u32(), &name, 1, true);
                 wake_launcher_now();
             }
         }
-        pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => WAKE_AT_COMMIT.set(false),
+        pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
+            WAKE_AT_COMMIT.take();
+        }
         _ => {}
     }
 }
@@ -186,16 +189,38 @@ fn _wake_launcher() -> bool {
         // SAFETY: registers a process-lifetime callback with a static function.
         unsafe { pg_sys::RegisterXactCallback(Some(at_xact_end), std::ptr::null_mut()) };
     }
-    WAKE_AT_COMMIT.set(true);
+    // SAFETY: plain read of a process global.
+    WAKE_AT_COMMIT.set(Some(database_name(unsafe { pg_sys::MyDatabaseId })));
     true
 }
 
 /// `tributary._outer_user() → oid`: the role that called into tributary's SECURITY DEFINER
 /// functions (the current role outside any security-definer function, after SET ROLE).
 #[pg_extern(stable, parallel_safe)]
+///
+/// Errors: 42501 inside a security-restricted operation (an index expression or a maintenance
+/// command running another role's code), where the outer user is not who called.
 fn _outer_user() -> pg_sys::Oid {
-    // SAFETY: plain read of the session's outer user id.
-    unsafe { pg_sys::GetOuterUserId() }
+    // SAFETY: plain reads of the session's user state.
+    unsafe {
+        if pg_sys::InSecurityRestrictedOperation() {
+            pgrx::pg_sys::panic::ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                "tributary jobs cannot be managed within a security-restricted operation",
+                "tributary",
+            )
+            .report(PgLogLevel::ERROR);
+        }
+        pg_sys::GetOuterUserId()
+    }
+}
+
+/// `tributary._run_as(role oid, sql text)`: runs `sql` (no result) as `role`, as
+/// [`as_user`] does. Used by `tributary_job_create` (SECURITY DEFINER) to read the source table
+/// with its owner's rights. Not granted to PUBLIC.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _run_as(role: pg_sys::Oid, sql: &str) {
+    as_user(role, || Spi::run(sql).map_err(spi_error).or_raise());
 }
 
 /// `tributary.workers() → (pid, database oid, job)`: the running job workers (all databases).
@@ -365,6 +390,9 @@ enum Outcome {
     JobFailed,
     /// pg_cancel_backend: the batch was rolled back; the worker exits.
     Cancelled,
+    /// A passing failure (deadlock, serialization, lock not available): the batch was rolled
+    /// back, its rows stay queued, nothing is counted against them.
+    Retry,
 }
 
 static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
@@ -421,6 +449,17 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
     }
     // SAFETY: a static callback, run before shared memory is detached.
     unsafe { pg_sys::before_shmem_exit(Some(release_slot), pg_sys::Datum::from(0)) };
+    // The worker's own statements (as superuser) never resolve names through a path others can
+    // write to; the owner's statements get the default path back (as_user).
+    // SAFETY: sets a GUC of this session, outside any transaction.
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+    }
     let appname = CString::new("tributary worker").unwrap();
     // SAFETY: pgstat copies the string.
     unsafe { pg_sys::pgstat_report_appname(appname.as_ptr()) };
@@ -438,34 +477,50 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
             Ok(n) => n,
             Err(e) => {
                 log_error("tributary worker: looking for work failed", &e);
+                set_wanted(db, &dbname, 0, false);
                 Next::Exit
             }
         };
         match next {
             Next::Run(job) => {
-                let stop = run_job(&job);
+                let after = run_job(&job);
                 REGISTRY.exclusive().slots[SLOT.load(Ordering::Relaxed)].job = 0;
-                if stop {
-                    break;
+                match after {
+                    After::Exit => break,
+                    After::Plan => {}
+                    // Rows are queued but all claimed by other workers (or just failed):
+                    // wait before planning again rather than spin.
+                    After::Wait => wait_poll_interval(),
                 }
             }
             Next::Idle => {
                 report_activity(pg_sys::BackendState::STATE_IDLE, "");
-                // SAFETY: standard latch wait; postmaster death ends the process.
-                unsafe {
-                    pg_sys::WaitLatch(
-                        pg_sys::MyLatch,
-                        (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                        gucs::job_poll_interval_ms() as std::ffi::c_long,
-                        pg_sys::PG_WAIT_EXTENSION,
-                    );
-                    pg_sys::ResetLatch(pg_sys::MyLatch);
-                    // A cancel while idle has no batch to stop.
-                    pg_sys::QueryCancelPending = 0;
-                }
+                wait_poll_interval();
             }
             Next::Exit => break,
         }
+    }
+}
+
+/// What a worker does after running a job.
+enum After {
+    Plan,
+    Wait,
+    Exit,
+}
+
+fn wait_poll_interval() {
+    // SAFETY: standard latch wait; postmaster death ends the process.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            gucs::job_poll_interval_ms() as std::ffi::c_long,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+        // A cancel while waiting has no batch to stop.
+        pg_sys::QueryCancelPending = 0;
     }
 }
 
@@ -550,6 +605,12 @@ fn is_job_error(code: PgSqlErrorCode) -> bool {
             | ERRCODE_READ_ONLY_SQL_TRANSACTION
             | ERRCODE_INTERNAL_ERROR
     )
+}
+
+/// Failures that say nothing about the rows: try the batch again later.
+fn is_transient(code: PgSqlErrorCode) -> bool {
+    use PgSqlErrorCode::*;
+    matches!(code, ERRCODE_T_R_DEADLOCK_DETECTED | ERRCODE_T_R_SERIALIZATION_FAILURE | ERRCODE_LOCK_NOT_AVAILABLE)
 }
 
 /// Inside a transaction: which job to run next in this database, and how many workers the
@@ -680,22 +741,44 @@ fn load_job(id: i64) -> Option<Job> {
 
 /// Runs `f` with `role`'s privileges (and row-level security), as SECURITY DEFINER functions
 /// do. An error inside aborts the transaction, which restores the user.
+///
+/// As a maintenance command runs a table owner's code (security-restricted, settings the code
+/// changes undone afterwards), with the default `search_path` ("$user", public) while the
+/// worker's own statements run with `pg_catalog, pg_temp`.
 fn as_user<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     let mut old = pg_sys::InvalidOid;
     let mut ctx = 0;
-    // SAFETY: save, switch, restore, as fmgr_security_definer does.
-    unsafe {
+    // SAFETY: save, switch, restore, as fmgr_security_definer and ExecRefreshMatView do.
+    let nest = unsafe {
         pg_sys::GetUserIdAndSecContext(&mut old, &mut ctx);
-        pg_sys::SetUserIdAndSecContext(role, ctx | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
-    }
+        pg_sys::SetUserIdAndSecContext(
+            role,
+            ctx | (pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_RESTRICTED_OPERATION) as i32,
+        );
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"\"$user\", public".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        nest
+    };
     let r = f();
-    // SAFETY: as above.
-    unsafe { pg_sys::SetUserIdAndSecContext(old, ctx) };
+    // SAFETY: as above (an error inside aborts the transaction, which restores both).
+    unsafe {
+        pg_sys::AtEOXact_GUC(true, nest);
+        pg_sys::SetUserIdAndSecContext(old, ctx);
+    }
     r
 }
 
-/// Runs batches of `job` until its queue is empty or it stops. True: the worker should exit.
-fn run_job(job: &Job) -> bool {
+/// Runs batches of `job` until its queue is empty or it stops.
+fn run_job(job: &Job) -> After {
     // A job whose model cannot run fails once, here, rather than row by row.
     let preflight = in_transaction(|| {
         crate::api::embed::embed(&["tributary"], Some(&job.model)).or_raise();
@@ -703,7 +786,7 @@ fn run_job(job: &Job) -> bool {
     });
     if let Err(e) = preflight {
         fail_job(job, &e);
-        return false;
+        return After::Plan;
     }
     let mut batches = 0u64;
     loop {
@@ -711,8 +794,10 @@ fn run_job(job: &Job) -> bool {
         report_activity(pg_sys::BackendState::STATE_RUNNING, &format!("tributary job {} ({}): embedding a batch", job.id, job.name));
         match process(job, None) {
             Outcome::Done(_) => {}
-            Outcome::Empty | Outcome::Stopped | Outcome::JobFailed => return false,
-            Outcome::Cancelled => return true,
+            Outcome::Empty => return if batches == 0 { After::Wait } else { After::Plan },
+            Outcome::Retry => return After::Wait,
+            Outcome::Stopped | Outcome::JobFailed => return After::Plan,
+            Outcome::Cancelled => return After::Exit,
         }
         batches += 1;
         if batches % 100 == 0 {
@@ -727,7 +812,7 @@ fn run_job(job: &Job) -> bool {
         }
         // Let the planner see a waiting job of this database with more workers wanted.
         if batches % 20 == 0 {
-            return false;
+            return After::Plan;
         }
     }
 }
@@ -744,6 +829,10 @@ fn process(job: &Job, keys: Option<String>) -> Outcome {
                 log_error(&format!("tributary job {}: batch cancelled, nothing written", job.id), &e);
                 return Outcome::Cancelled;
             }
+            if is_transient(code) {
+                log_error(&format!("tributary job {}: batch rolled back, retried later", job.id), &e);
+                return Outcome::Retry;
+            }
             let claimed = claimed.take();
             if is_job_error(code) || claimed.is_none() {
                 fail_job(job, &e);
@@ -759,7 +848,7 @@ fn process(job: &Job, keys: Option<String>) -> Outcome {
             for half in [left, right] {
                 match process(job, Some(Value::Array(half.to_vec()).to_string())) {
                     Outcome::Done(n) => done += n,
-                    Outcome::Empty => {}
+                    Outcome::Empty | Outcome::Retry => {}
                     stop => return stop,
                 }
             }
@@ -784,17 +873,20 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     *claimed_out.borrow_mut() = Some(claimed.clone());
 
     let model = catalog::model(Some(&job.model)).or_raise();
-    let (keys, texts): (Vec<String>, Vec<Option<String>>) = as_user(job.owner, || {
-        let rows: Vec<(String, Option<String>)> = Spi::connect(|c| {
+    // (key, text, guard): the guard is what the text is made of; the write checks it did not
+    // change meanwhile (continuous jobs: a change queued the row again).
+    let (keys, texts, guards): (Vec<String>, Vec<Option<String>>, Vec<Option<String>>) = as_user(job.owner, || {
+        let rows: Vec<(String, Option<String>, Option<String>)> = Spi::connect(|c| {
             c.select(&job.select_sql, None, &[claimed.as_str().into()])?
-                .map(|r| Ok((r.get::<String>(1)?.unwrap_or_default(), r.get::<String>(2)?)))
+                .map(|r| Ok((r.get::<String>(1)?.unwrap_or_default(), r.get::<String>(2)?, r.get::<String>(3)?)))
                 .collect::<Result<Vec<_>, pgrx::spi::Error>>()
         })
         .map_err(spi_error)
         .or_raise();
         let mut keys = Vec::with_capacity(rows.len());
         let mut texts = Vec::with_capacity(rows.len());
-        for (key, text) in rows {
+        let mut guards = Vec::with_capacity(rows.len());
+        for (key, text, guard) in rows {
             let text = match (&job.row_options, text) {
                 (Some(opts), Some(json)) => {
                     let values = match serde_json::from_str(&json) {
@@ -807,8 +899,9 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
             };
             keys.push(key);
             texts.push(text);
+            guards.push(guard);
         }
-        (keys, texts)
+        (keys, texts, guards)
     });
 
     let present: Vec<&str> = texts.iter().flatten().map(String::as_str).collect();
@@ -836,11 +929,13 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
             .into()
     };
     as_user(job.owner, || {
-        Spi::run_with_args(&job.write_sql, &[keys.clone().into(), vectors]).map_err(spi_error).or_raise();
+        Spi::run_with_args(&job.write_sql, &[keys.into(), vectors, guards.into()]).map_err(spi_error).or_raise();
     });
+    // Every claimed key's old error goes (also of rows deleted meanwhile, which have no text).
     Spi::run_with_args(
-        "DELETE FROM tributary._job_errors WHERE job_id = $1 AND key = ANY ($2::jsonb[]) AND status = 'queued'",
-        &[job.id.into(), keys.into()],
+        "DELETE FROM tributary._job_errors WHERE job_id = $1 AND status = 'queued' \
+            AND key IN (SELECT pg_catalog.jsonb_array_elements($2::jsonb))",
+        &[job.id.into(), claimed.as_str().into()],
     )
     .map_err(spi_error)
     .or_raise();
