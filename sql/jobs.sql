@@ -307,7 +307,7 @@ BEGIN
             DETAIL = format('column "%s" is %s(%s) but model "%s" produces %s dimensions', target, tgt_type, tgt_mod, m.name, m.dimension);
     END IF;
     IF tgt <> source AND NOT EXISTS (
-        SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique
+        SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)
                 JOIN pg_attribute a ON a.attrelid = tgt AND a.attnum = k.n)
              = (SELECT array_agg(x ORDER BY x) FROM unnest(pk) x)) THEN

@@ -103,12 +103,13 @@ pub fn init() {
         .load();
 }
 
-fn set_wanted(db: u32, name: &str, wanted: u32, at_least: bool) {
+/// Records how many workers database `db` asks for (`at_least`: never lowers it). False when
+/// all MAX_SLOTS entries are taken by other databases (the caller tries again later).
+fn set_wanted(db: u32, name: &str, wanted: u32, at_least: bool) -> bool {
     let mut r = REGISTRY.exclusive();
     let idx = r.dbs.iter().position(|d| d.db == db).or_else(|| r.dbs.iter().position(|d| d.db == 0));
     let Some(i) = idx else {
-        pgrx::log!("tributary: more than {MAX_SLOTS} databases ask for job workers; database \"{name}\" waits");
-        return;
+        return wanted == 0;
     };
     let e = &mut r.dbs[i];
     if e.db != db {
@@ -122,6 +123,7 @@ fn set_wanted(db: u32, name: &str, wanted: u32, at_least: bool) {
     if e.wanted == 0 {
         e.db = 0;
     }
+    true
 }
 
 fn wake_launcher_now() {
@@ -146,7 +148,9 @@ unsafe extern "C-unwind" fn at_xact_end(event: pg_sys::XactEvent::Type, _arg: *m
             if let Some(name) = WAKE_AT_COMMIT.take() {
                 // SAFETY: plain read of a process global.
                 let db = unsafe { pg_sys::MyDatabaseId };
-                set_wanted(db.to_u32(), &name, 1, true);
+                if !set_wanted(db.to_u32(), &name, 1, true) {
+                    pgrx::log!("tributary: more than {MAX_SLOTS} databases ask for job workers; database \"{name}\" waits for the next job call or restart");
+                }
                 wake_launcher_now();
             }
         }
@@ -251,9 +255,9 @@ pub extern "C-unwind" fn tributary_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(None, None);
     // SAFETY: MyLatch points into this process's PGPROC (shared memory) once it is set up.
     REGISTRY.exclusive().launcher_latch = unsafe { pg_sys::MyLatch } as usize;
-    for (db, name) in databases() {
-        set_wanted(db.to_u32(), &name, 1, true);
-    }
+    // Every database is asked once; beyond MAX_SLOTS at a time, the rest as entries free up.
+    let mut to_probe = databases();
+    to_probe.reverse();
     let mut running: Vec<(u32, DynamicBackgroundWorker)> = Vec::new();
     let mut last_full_log: Option<Instant> = None;
     loop {
@@ -262,6 +266,12 @@ pub extern "C-unwind" fn tributary_launcher_main(_arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         running.retain(|(_, h)| !matches!(h.pid(), Err(BackgroundWorkerStatus::Stopped)));
+        while let Some((db, name)) = to_probe.last() {
+            if !set_wanted(db.to_u32(), name, 1, true) {
+                break;
+            }
+            to_probe.pop();
+        }
         let wants: Vec<(u32, String, u32)> = REGISTRY
             .share()
             .dbs
