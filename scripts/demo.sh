@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job, on real data: set everything up, start a throwaway cluster of our own, load the
 # Debian package descriptions (~64k rows), embed them inside PostgreSQL with
-# tributary_embed_column, build an HNSW index, and run a few semantic searches.
+# tributary_embed_column, build an HNSW index, run a few semantic searches, and leave a continuous
+# job (background workers: tributary is in this cluster's shared_preload_libraries) keeping the
+# embeddings in step with a new package.
 # Usage: scripts/demo.sh [ROWS]     (ROWS limits the rows loaded; default: all)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,7 +12,7 @@ bash scripts/setup.sh
 source scripts/cluster.sh
 chmod -R a+rX "$ROOT" 2>/dev/null || true
 cluster_destroy demo
-cluster_start demo 55434
+CLUSTER_EXTRA_CONF="shared_preload_libraries = 'tributary'" cluster_start demo 55434
 trap 'cluster_stop demo' EXIT
 echo "== cluster: PGHOST=$PGHOST PGPORT=$PGPORT (own data directory, socket and port)"
 
@@ -52,3 +54,27 @@ ORDER BY embedding <=> tributary_embed(:'q')
 LIMIT 5;
 SQL
 done
+
+echo
+cluster_psql <<'SQL'
+\echo == a continuous job: new and changed rows are embedded by a background worker
+SELECT tributary_job_create('debian_packages', '{description}', mode => 'continuous') AS job \gset
+INSERT INTO debian_packages (package, source, section, description)
+VALUES ('tributary-demo', 'tributary-demo', 'database',
+        E'run transformer models inside PostgreSQL\nEmbeds text, rows and columns into pgvector columns in the database.');
+DO $$
+BEGIN
+    FOR i IN 1..240 LOOP
+        EXIT WHEN (SELECT embedding IS NOT NULL FROM debian_packages WHERE package = 'tributary-demo');
+        PERFORM pg_sleep(0.25);
+    END LOOP;
+END $$;
+SELECT id, state, mode, rows_done, rows_queued, rows_failed FROM tributary.jobs WHERE id = :job;
+\echo == search: 'transformer models inside the database'
+SELECT package, section, round((1 - (embedding <=> tributary_embed('transformer models inside the database')))::numeric, 3) AS similarity,
+       left(split_part(description, E'\n', 1), 70) AS summary
+FROM debian_packages
+ORDER BY embedding <=> tributary_embed('transformer models inside the database')
+LIMIT 3;
+SELECT tributary_job_drop(:job);
+SQL

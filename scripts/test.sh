@@ -72,7 +72,7 @@ integration() {
   local main_host=$PGHOST main_port=$PGPORT rc
   cluster_destroy jobs
   CLUSTER_EXTRA_CONF="shared_preload_libraries = 'tributary'
-max_worker_processes = 16" cluster_start jobs 55434 || return 1
+max_worker_processes = 16" cluster_start jobs 55437 || return 1
   cluster_psql -c "CREATE DATABASE tributary_jobs"
   TRIBUTARY_JOBS_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_jobs" \
   TRIBUTARY_JOBS_PGDATA=/tmp/tributary-jobs/data TRIBUTARY_PGBIN=$PGBIN \

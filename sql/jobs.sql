@@ -440,11 +440,10 @@ CREATE FUNCTION tributary._job_cleanup(j tributary._jobs) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE t text;
 BEGIN
-    IF to_regclass(j.source::text) IS NOT NULL THEN
-        FOREACH t IN ARRAY ARRAY['insert', 'update', 'delete', 'truncate'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'tributary_job_' || j.id || '_' || t, j.source);
-        END LOOP;
-    END IF;
+    FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = j.source
+              AND tgname IN (SELECT 'tributary_job_' || j.id || '_' || x FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t, j.source);
+    END LOOP;
     EXECUTE format('DROP FUNCTION IF EXISTS tributary.%I()', '_enqueue_' || j.id);
     EXECUTE format('DROP TABLE IF EXISTS tributary.%I', '_queue_' || j.id);
 END $$;
