@@ -8,7 +8,7 @@ use pgrx::PgRelation;
 
 use crate::api::rows::RowOptions;
 use crate::pg::catalog::{self, ModelRow};
-use crate::pg::error::{OrRaise, Result, TributaryError};
+use crate::pg::error::{spi_error, OrRaise, Result, TributaryError};
 use crate::pg::gucs;
 use crate::pg::name::Name;
 use crate::pg::vector::{HalfVec, Vector};
@@ -157,10 +157,6 @@ fn embed_column(
         }
     }
     Ok(done)
-}
-
-fn spi_error(e: pgrx::spi::Error) -> TributaryError {
-    TributaryError::Internal(format!("SPI error: {e}"))
 }
 
 /// The three statements of one call, with identifiers quoted.

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::rowtext::{self, Children, Field, Row, TEMPLATE_VERSION};
 use crate::pg::catalog::{self, ModelRow};
-use crate::pg::error::{OrRaise, Result, TributaryError};
+use crate::pg::error::{spi_error, OrRaise, Result, TributaryError};
 use crate::pg::vector::Vector;
 
 /// How a row is turned into text: which columns, how much foreign-key context, which template.
@@ -143,10 +143,6 @@ thread_local! {
     /// Table metadata, kept for one transaction (keyed by its start time): a bulk call reads the
     /// catalogs once, not once per row.
     static TABLES: RefCell<(i64, HashMap<pg_sys::Oid, Rc<Table>>)> = RefCell::new((0, HashMap::new()));
-}
-
-fn spi_error(e: pgrx::spi::Error) -> TributaryError {
-    TributaryError::Internal(format!("SPI error: {e}"))
 }
 
 fn table(oid: pg_sys::Oid) -> Result<Rc<Table>> {

@@ -135,6 +135,12 @@ impl From<TributaryError> for ErrorReport {
     }
 }
 
+/// An SPI failure that is tributary's bug, not the caller's (XX000). SQL errors raised inside
+/// SPI keep their own SQLSTATE and never come here.
+pub(crate) fn spi_error(e: pgrx::spi::Error) -> TributaryError {
+    TributaryError::Internal(format!("SPI error: {e}"))
+}
+
 /// Raises `e` as a PostgreSQL ERROR; does not return.
 pub fn raise(e: TributaryError) -> ! {
     ErrorReport::from(e).report(PgLogLevel::ERROR);

@@ -35,7 +35,7 @@ use serde_json::Value;
 
 use crate::api::rows::RowOptions;
 use crate::pg::catalog;
-use crate::pg::error::OrRaise;
+use crate::pg::error::{spi_error, OrRaise};
 use crate::pg::gucs;
 use crate::pg::vector::{HalfVec, Vector};
 
@@ -971,10 +971,6 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     .map_err(spi_error)
     .or_raise();
     (Outcome::Done(n), true)
-}
-
-fn spi_error(e: pgrx::spi::Error) -> crate::pg::error::TributaryError {
-    crate::pg::error::TributaryError::Internal(format!("SPI error: {e}"))
 }
 
 /// Job-level failure: the job is marked failed with the error; its queue stays for a resume.

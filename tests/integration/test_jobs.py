@@ -90,11 +90,16 @@ def as_pg(cmd):
     return (["sudo", "-u", "postgres", "--"] if os.getuid() == 0 else []) + cmd
 
 
-def busy_worker(dsn, job_id):
-    """pid of a worker that is running a batch of the job (it shows in pg_stat_activity)."""
-    rows = query(dsn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker' "
-                      "AND state = 'active' AND query LIKE %s", (f"tributary job {job_id} %",))
-    return rows[0][0] if rows else None
+def busy_worker(dsn, job_id, tries=100):
+    """pid of a worker running a batch of the job (it shows in pg_stat_activity), looked for
+    every 50 ms up to `tries` times; None if there was none."""
+    for _ in range(tries):
+        rows = query(dsn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker' "
+                          "AND state = 'active' AND query LIKE %s", (f"tributary job {job_id} %",))
+        if rows:
+            return rows[0][0]
+        time.sleep(0.05)
+    return None
 
 
 def make_debian_table(dsn, table, limit):
@@ -118,12 +123,7 @@ def test_crash_kill9_and_immediate_stop_embed_every_row_exactly_once(cluster):
     kills = 0
     for at in (6_000, 14_000, 22_000):
         wait_for(dsn, job_id, lambda j: j["rows_done"] >= at, 600, f"{at} rows")
-        pid = None
-        for _ in range(100):
-            pid = busy_worker(dsn, job_id)
-            if pid:
-                break
-            time.sleep(0.05)
+        pid = busy_worker(dsn, job_id)
         assert pid, "no worker was running a batch"
         os.kill(pid, signal.SIGKILL)
         kills += 1
@@ -240,12 +240,7 @@ def test_pause_cancel_backend_and_terminate_stop_within_a_batch(cluster):
     # pg_cancel_backend and pg_terminate_backend on the worker mid-batch: the batch is rolled
     # back, the launcher starts a new worker, nothing is lost or written twice.
     for fn in ("pg_cancel_backend", "pg_terminate_backend"):
-        pid = None
-        for _ in range(200):
-            pid = busy_worker(dsn, job_id)
-            if pid:
-                break
-            time.sleep(0.05)
+        pid = busy_worker(dsn, job_id, tries=200)
         assert pid
         assert query(dsn, f"SELECT {fn}(%s)", (pid,))[0][0]
         time.sleep(0.5)
