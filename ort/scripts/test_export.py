@@ -139,7 +139,8 @@ def test_export_matches_numpy_reference(tmp_path, pooling, prefix):
     dest = export_model.export(ckpt, tmp_path / "out", "tiny", None, None, None, True, False)
     meta = json.loads((dest / "tributary.json").read_text())
     assert meta["dimension"] == H and meta["pooling"] == pooling and meta["max_length"] == 48
-    assert meta["files"] == {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "tokenizer": "tokenizer.json"}
+    assert meta["files"] == {"fp32": "model.onnx", "fp16": "model_fp16.onnx", "int8": "model_int8.onnx",
+                             "tokenizer": "tokenizer.json"}
     assert meta["sha256"]["source_weights"] == export_model.sha256(ckpt / "model.safetensors")
 
     m = onnx.load(str(dest / "model.onnx"))
@@ -158,7 +159,24 @@ def test_export_matches_numpy_reference(tmp_path, pooling, prefix):
     half = ort.InferenceSession(str(dest / "model_fp16.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert half.dtype == np.float16, "the fp16 graph returns float16 (halfvec without conversion)"
     assert cosines(half.astype(np.float32), ref).min() >= 0.999
-    assert meta["output_dtype"] == {"fp32": "float32", "fp16": "float16"}
+    assert meta["output_dtype"] == {"fp32": "float32", "fp16": "float16", "int8": "float32"}
+    m8 = onnx.load(str(dest / "model_int8.onnx"))
+    ops = {n.op_type for n in m8.graph.node}
+    assert {"DynamicQuantizeLinear", "QAttention"} <= ops, ops
+    assert [i.type.tensor_type.elem_type for i in m8.graph.input] == [onnx.TensorProto.INT32] * 2
+    q = ort.InferenceSession(str(dest / "model_int8.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert q.dtype == np.float32 and q.shape == out.shape
+    # Close to the reference, and not a copy of the fp32 graph.
+    assert 0.95 <= cosines(q, ref).min() and cosines(q, out).min() < 0.999999
+    assert meta["check"]["int8_vs_fp32_min_cosine"] >= export_model.INT8_MIN_COSINE
+
+
+def test_no_int8(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "ckpt", "mean")
+    assert export_model.main(["--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--no-fp16", "--no-int8"]) == 0
+    meta = json.loads((tmp_path / "out" / "ckpt" / "tributary.json").read_text())
+    assert set(meta["files"]) == {"fp32", "tokenizer"} and meta["check"]["int8_vs_fp32_min_cosine"] is None
+    assert not (tmp_path / "out" / "ckpt" / "model_int8.onnx").exists()
 
 
 def test_padding_does_not_change_a_row(tmp_path):
@@ -219,3 +237,8 @@ def test_default_model(tmp_path):
     assert out.shape == (3, 384)
     assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
     assert out[0] @ out[1] > out[0] @ out[2] + 0.2
+    # The int8 graph on real text: close to fp32 and the same neighbours.
+    q = ort.InferenceSession(str(dest / "model_int8.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids, "attention_mask": mask})[0]
+    assert cosines(q, out).min() >= 0.98
+    assert q[0] @ q[1] > q[0] @ q[2] + 0.2

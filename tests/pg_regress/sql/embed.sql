@@ -1,7 +1,7 @@
 -- tributary_embed(text) and tributary_embed(text[]) with the default model.
 SELECT model, dimension, max_length, pooling, precision, execution_provider, ort_version
 FROM tributary_info();
-SELECT name, path, dimension, max_length, pooling, precision FROM tributary.models;
+SELECT name, path, dimension, max_length, pooling, precision FROM tributary.models ORDER BY name;
 
 -- One text: 384 dimensions, unit L2 norm.
 SELECT vector_dims(e) AS dims, round(vector_norm(e)::numeric, 5) AS norm
