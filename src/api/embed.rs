@@ -12,8 +12,12 @@ use crate::pg::vector::Vector;
 /// graph returns them), unit L2 norm, in input order. Checks for interrupts before every ONNX
 /// Runtime run.
 pub(crate) fn embed(texts: &[&str], model: Option<&str>) -> Result<Embeddings> {
-    let model = catalog::model(model)?;
-    let emb = catalog::with_embedder(&model, |e| {
+    embed_with(&catalog::model(model)?, texts)
+}
+
+/// [`embed`] with the catalog row already read.
+fn embed_with(model: &catalog::ModelRow, texts: &[&str]) -> Result<Embeddings> {
+    let emb = catalog::with_embedder(model, |e| {
         e.embed(texts, gucs::max_batch_tokens(), &mut || {
             pgrx::check_for_interrupts!();
         })
@@ -31,20 +35,36 @@ pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vec
 /// L2 norm, truncated to the model's max length (tokens). NULL text gives NULL; `''` gives the
 /// embedding of the empty input (`[CLS] [SEP]`).
 ///
+/// PostgreSQL evaluates it wherever the executor needs the value (per row of a sequential scan
+/// in `ORDER BY embedding <=> tributary_embed('query')`), so the backend keeps its last 32
+/// results (texts up to 8 kB) and the model runs once per distinct text and settings.
+///
 /// Errors: 42704 unknown model; 58P01 missing ONNX Runtime library or model file (HINT names
 /// the setting); 38000 ONNX Runtime failure (its message in the error).
 #[pg_extern(name = "tributary_embed", stable, parallel_unsafe)]
 fn tributary_embed_text(text: Option<&str>, model: default!(Option<&str>, "NULL")) -> Option<Vector> {
     let text = text?;
-    embed_texts(&[text], model).or_raise().pop()
+    let row = catalog::model(model).or_raise();
+    let v = catalog::memoized_embedding(&row, text, || {
+        let emb = embed_with(&row, &[text])?;
+        Ok(emb.row_f32(0).into_owned())
+    })
+    .or_raise();
+    Some(Vector(v.as_ref().clone()))
 }
 
 /// `tributary_embed(text[] [, model]) → vector[]`: one batched call, order preserved, NULL
 /// elements give NULL elements. Inputs are length-sorted and cut by
 /// `tributary.max_batch_tokens`; a cancel stops it between two ONNX Runtime runs.
 ///
+/// VOLATILE on purpose, unlike `tributary_embed(text)`: the planner evaluates stable functions
+/// whose arguments are known at planning time to estimate row counts (unnest's support function
+/// calls `estimate_expression_value` on its array argument), so `unnest(tributary_embed($1))`
+/// embedded the whole batch twice, once to plan and once to run. Nothing needs this form to be
+/// stable: it is not an index ORDER BY argument, as the text form is.
+///
 /// Errors: as `tributary_embed(text)`.
-#[pg_extern(name = "tributary_embed", stable, parallel_unsafe)]
+#[pg_extern(name = "tributary_embed", volatile, parallel_unsafe)]
 fn tributary_embed_array(
     texts: Option<Array<&str>>,
     model: default!(Option<&str>, "NULL"),

@@ -251,6 +251,44 @@ pub fn for_each_session(mut f: impl FnMut(&str, &Embedder, &str)) {
 /// Drops every cached session (e.g. after a model is re-registered or dropped).
 pub fn clear_sessions() {
     SESSIONS.with(|cell| cell.borrow_mut().clear());
+    MEMO.with(|cell| cell.borrow_mut().clear());
+}
+
+/// Results of `tributary_embed(text)` this backend keeps, most recent last. PostgreSQL evaluates a
+/// stable function again wherever the executor needs its value: `ORDER BY embedding <=>
+/// tributary_embed('query')` called it once per table row under a sequential scan and once per
+/// returned row under an HNSW index scan, each time running the model on the same text.
+const MEMO_ENTRIES: usize = 32;
+/// Longer texts are not kept (bytes; 32 entries stay under about 300 kB with 384 dimensions).
+const MEMO_MAX_TEXT: usize = 8192;
+
+thread_local! {
+    static MEMO: RefCell<std::collections::VecDeque<(String, Key, std::rc::Rc<Vec<f32>>)>> =
+        const { RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// The embedding `[dim] f32` of `text` with `model`'s current session settings, from this
+/// backend's memo, or computed by `compute` and kept. The key is the session's key (model name,
+/// files, provider and settings), so a changed setting or a re-registered model never returns an
+/// old vector; registering or dropping a model clears the memo with the sessions.
+pub fn memoized_embedding(model: &ModelRow, text: &str, compute: impl FnOnce() -> Result<Vec<f32>>) -> Result<std::rc::Rc<Vec<f32>>> {
+    if text.len() > MEMO_MAX_TEXT {
+        return Ok(std::rc::Rc::new(compute()?));
+    }
+    let key: Key = (model.name.clone(), model.embedder_config(), gucs::gpu_fp16());
+    let hit = MEMO.with(|cell| cell.borrow().iter().rev().find(|(t, k, _)| t == text && *k == key).map(|(_, _, v)| v.clone()));
+    if let Some(v) = hit {
+        return Ok(v);
+    }
+    let v = std::rc::Rc::new(compute()?);
+    MEMO.with(|cell| {
+        let mut memo = cell.borrow_mut();
+        if memo.len() >= MEMO_ENTRIES {
+            memo.pop_front();
+        }
+        memo.push_back((text.to_owned(), key, v.clone()));
+    });
+    Ok(v)
 }
 
 /// Number of sessions this backend holds (for tests and tributary_info).

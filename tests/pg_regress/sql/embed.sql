@@ -41,3 +41,19 @@ SELECT tributary_tokenize('') AS empty, tributary_tokenize(NULL) IS NULL AS null
 SELECT tributary_tokenize('PostgreSQL embeddings') AS ids;
 SELECT cardinality(tributary_tokenize(repeat('word ', 100000))) AS truncated_to;
 SELECT expect_error($$SELECT tributary_tokenize('x', 'no-such-model')$$);
+
+-- The model runs once per distinct text. A search by sequential scan evaluates the stable
+-- tributary_embed(text) once per table row (an index scan once per returned row); the backend's
+-- memo answers all but the first. tributary_embed(text[]) is volatile, so planning
+-- unnest(tributary_embed(...)) does not run the model a second time. Counted by the session.
+CREATE TABLE memo_t AS SELECT i AS id, tributary_embed('row ' || i) AS e FROM generate_series(1, 40) i;
+SELECT rows AS before FROM tributary.sessions WHERE model = 'all-MiniLM-L6-v2' \gset
+SELECT count(*) FROM (SELECT id FROM memo_t ORDER BY e <=> tributary_embed('a query seen once') LIMIT 5) s;
+SELECT count(*) FROM unnest(tributary_embed(ARRAY['x1', 'x2', 'x3']));
+SELECT rows - :before AS model_rows FROM tributary.sessions WHERE model = 'all-MiniLM-L6-v2';
+-- A setting that changes the session changes the memo's key: the new session runs the model.
+SET tributary.io_binding = off;
+SELECT (SELECT e FROM memo_t WHERE id = 1) <=> tributary_embed('row 1') < 1e-6 AS same_vector;
+SELECT rows AS rows_run_by_new_session FROM tributary.sessions WHERE NOT io_binding;
+RESET tributary.io_binding;
+DROP TABLE memo_t;
