@@ -25,6 +25,13 @@ fn embed_with(model: &catalog::ModelRow, texts: &[&str]) -> Result<Embeddings> {
     Ok(emb)
 }
 
+/// One text's embedding (`[dim]` f32) through this backend's memo
+/// ([`catalog::memoized_embedding`]): the model runs once per distinct text and settings.
+pub(crate) fn embed_one(model: &catalog::ModelRow, text: &str) -> Result<Vector> {
+    let v = catalog::memoized_embedding(model, text, || Ok(embed_with(model, &[text])?.row_f32(0).into_owned()))?;
+    Ok(Vector(v.as_ref().clone()))
+}
+
 /// [`embed`] as pgvector `vector`s (`[dim] f32` each).
 pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vector>> {
     let emb = embed(texts, model)?;
@@ -44,13 +51,7 @@ pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vec
 #[pg_extern(name = "tributary_embed", stable, parallel_unsafe)]
 fn tributary_embed_text(text: Option<&str>, model: default!(Option<&str>, "NULL")) -> Option<Vector> {
     let text = text?;
-    let row = catalog::model(model).or_raise();
-    let v = catalog::memoized_embedding(&row, text, || {
-        let emb = embed_with(&row, &[text])?;
-        Ok(emb.row_f32(0).into_owned())
-    })
-    .or_raise();
-    Some(Vector(v.as_ref().clone()))
+    Some(embed_one(&catalog::model(model).or_raise(), text).or_raise())
 }
 
 /// `tributary_embed(text[] [, model]) → vector[]`: one batched call, order preserved, NULL

@@ -503,7 +503,7 @@ fn tributary_embed_row(
     let opts = options(include, exclude, parents, children, time_columns, as_of, keys, None, template);
     let model = catalog::model(model).or_raise();
     let text = row_text(oid, &values, &opts, &model).or_raise();
-    crate::api::embed::embed_texts(&[text.as_str()], Some(&model.name)).or_raise().pop()
+    Some(crate::api::embed::embed_one(&model, &text).or_raise())
 }
 
 /// `tributary_row_template_version() → integer`: the row template version `tributary_row_text`
