@@ -15,7 +15,10 @@ FLOP/s, in one run (a first part of the benchmark-suite issue; reports, asserts 
    Laws for Neural Language Models", table 1) plus 4 L^2 h for QK^T and attention x V. "Executed"
    counts padded tokens (what the hardware computes), "useful" counts real tokens.
 
-Usage: flops.py [--threads N] [--rows 2000] [--budget 2048] [--model-dir DIR]
+4. The same runs through the model's int8 graph (model_int8.onnx, when the directory has one):
+   its speed-up over fp32 on the same feeds, and its per-row cosine to fp32.
+
+Usage: flops.py [--threads N] [--rows 2000] [--budget 2048] [--model-dir DIR] [--json FILE]
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--budget", type=int, default=2048, help="most padded tokens per ONNX Runtime run")
     ap.add_argument("--model-dir", type=Path, default=ROOT / "ort/models/all-MiniLM-L6-v2")
+    ap.add_argument("--json", type=Path, help="append the numbers as one JSON line to this file")
     a = ap.parse_args(argv)
     # BLAS thread pools read these when numpy is imported.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -105,12 +109,19 @@ def main(argv=None) -> int:
             ids[r, : len(i)] = i
             mask[r, : len(i)] = 1
         feeds.append({"input_ids": ids, "attention_mask": mask})
-    model = session(str(a.model_dir / meta["files"]["fp32"]))
-    model.run(None, feeds[0])
-    t = time.perf_counter()
-    for fd in feeds:
-        model.run(None, fd)
-    secs = time.perf_counter() - t
+    def timed(path):
+        model = session(str(path))
+        model.run(None, feeds[0])
+        t = time.perf_counter()
+        out = [model.run(None, fd)[0] for fd in feeds]
+        return time.perf_counter() - t, np.concatenate(out)
+
+    secs, ref = timed(a.model_dir / meta["files"]["fp32"])
+    int8 = None
+    if "int8" in meta["files"]:
+        secs8, q = timed(a.model_dir / meta["files"]["int8"])
+        cos = (ref * q).sum(1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(q, axis=1))
+        int8 = {"seconds": secs8, "speedup": secs / secs8, "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min())}
 
     def flops(length):
         return layers * (24 * h * h * length + 4 * length * length * h)
@@ -134,6 +145,16 @@ def main(argv=None) -> int:
     print()
     print(f"model: {len(texts) / secs:.1f} rows/s, {real / secs:.0f} tokens/s, {secs:.1f} s; "
           f"{useful / real / 1e6:.1f} MFLOP per real token at these lengths")
+    if int8:
+        print(f"int8 graph: {len(texts) / int8['seconds']:.1f} rows/s, {int8['speedup']:.2f}x fp32 on the same runs; "
+              f"cosine to fp32 mean {int8['cosine_mean']:.4f}, min {int8['cosine_min']:.4f}")
+    if a.json:
+        with open(a.json, "a") as f:
+            f.write(json.dumps({"bench": "flops", "cpu": cpu, "vcpus": os.cpu_count(), "threads": a.threads,
+                                "ort": ort.__version__, "rows": len(texts), "tokens": real, "padded": padded,
+                                "seconds": secs, "blas_flops": blas, "ort_matmul_flops": ortmm, "peak_flops": peak,
+                                "executed_flops": executed / secs, "useful_flops": useful / secs,
+                                "flop_per_token": useful / real, "int8": int8}) + "\n")
     return 0
 
 

@@ -11,7 +11,11 @@ back with one COPY into a temporary table and one UPDATE, in one transaction.
 Prints one JSON line: rows, tokens (real, non-padding), seconds (end to end, model loading
 excluded), rows_per_s, tokens_per_s, and the time split read_s / tokenize_s / infer_s / write_s.
 
+`--naive` is the loop people write first (and what a remote embedding API forces): one row at a
+time, one ONNX Runtime run of batch 1 and one UPDATE per row, one transaction at the end.
+
 Usage: python_baseline.py [--dsn DSN] [--table T] [--model-dir DIR] [--threads N] [--batch-size N] [--limit N]
+                          [--precision fp32|int8] [--naive]
 """
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--batch-size", type=int, default=64, help="rows per ONNX Runtime run")
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--precision", default="fp32", help="which graph of tributary.json's files")
+    ap.add_argument("--naive", action="store_true", help="one row per model run and per UPDATE")
     a = ap.parse_args(argv)
 
     meta = json.loads((a.model_dir / "tributary.json").read_text())
@@ -49,7 +55,9 @@ def main(argv=None) -> int:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = a.threads
     opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(a.model_dir / meta["files"]["fp32"]), opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(a.model_dir / meta["files"][a.precision]), opts, providers=["CPUExecutionProvider"])
+    if a.naive:
+        return naive(a, tok, session)
 
     t = {"read_s": 0.0, "tokenize_s": 0.0, "infer_s": 0.0, "write_s": 0.0}
     start = time.perf_counter()
@@ -96,6 +104,31 @@ def main(argv=None) -> int:
     print(json.dumps({"pipeline": "python-ort", "rows": len(rows), "tokens": tokens, "seconds": seconds,
                       "rows_per_s": len(rows) / seconds, "tokens_per_s": tokens / seconds,
                       "threads": a.threads, "batch_size": a.batch_size} | t))
+    return 0
+
+
+def naive(a, tok, session) -> int:
+    """One row at a time: tokenize it, run the model on a batch of 1, UPDATE its row."""
+    start = time.perf_counter()
+    tokens = 0
+    with psycopg.connect(a.dsn) as conn:
+        q = sql.SQL("SELECT {k}, {x} FROM {t} WHERE embedding IS NULL AND {x} IS NOT NULL").format(
+            k=sql.Identifier(a.key), x=sql.Identifier(a.text), t=sql.Identifier(a.table))
+        if a.limit:
+            q = q + sql.SQL(" LIMIT {}").format(a.limit)
+        rows = conn.execute(q).fetchall()
+        update = sql.SQL("UPDATE {t} SET embedding = %s::vector WHERE {k} = %s").format(
+            t=sql.Identifier(a.table), k=sql.Identifier(a.key))
+        for key, text in rows:
+            ids = tok.encode(text).ids
+            tokens += len(ids)
+            batch = np.array([ids], dtype=np.int32)
+            v = session.run(["embedding"], {"input_ids": batch, "attention_mask": np.ones_like(batch)})[0][0]
+            conn.execute(update, ("[" + ",".join(map(repr, v.tolist())) + "]", key))
+        conn.commit()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"pipeline": "python-naive", "rows": len(rows), "tokens": tokens, "seconds": seconds,
+                      "rows_per_s": len(rows) / seconds, "tokens_per_s": tokens / seconds, "threads": a.threads}))
     return 0
 
 

