@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -223,10 +224,11 @@ def main(argv=None) -> int:
     cmd = a.results / "command.txt"
     body = render(rows, sweep, crit)
     head = f"Produced by `{cmd.read_text().strip()}`" if cmd.exists() else "Produced by `bash benches/suite.sh`"
-    body = f"{head} (results: `{a.results.relative_to(ROOT) if a.results.is_absolute() else a.results}`).\n\n" + body
+    here = a.benchmarks.resolve().parent
+    body = f"{head} (results: `{os.path.relpath(a.results.resolve(), here)}`).\n\n" + body
     (a.results / "report.md").write_text(body)
     if plot(sweep, a.plot):
-        body += f"\n![throughput against batch size and input length]({a.plot.relative_to(ROOT).as_posix()})\n"
+        body += f"\n![throughput against batch size and input length]({os.path.relpath(a.plot.resolve(), here)})\n"
     text = a.benchmarks.read_text() if a.benchmarks.exists() else "# Benchmarks\n"
     section = f"{BEGIN}\n{body}{END}"
     if BEGIN in text and END in text:

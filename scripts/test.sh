@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
-#   1. model preparation tests (pytest, ort/scripts/test_export.py)
+#   1. model preparation tests (pytest, ort/scripts/test_export.py) and the benchmark report's
+#      arithmetic (benches/test_report.py; the benchmarks themselves are not tests)
 #   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster
 #   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
 #      in background workers with crash tests, on a second cluster with shared_preload_libraries)
@@ -26,7 +27,7 @@ step() {  # step NAME COMMAND...
 chmod -R a+rX "$ROOT" 2>/dev/null || true
 
 # 1. Model preparation.
-step "export_model (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py
+step "export_model, benchmark report (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py
 
 # 5. Engine and in-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
 pgrx_test() {
