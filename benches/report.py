@@ -46,11 +46,16 @@ def load(out: Path):
                 if r and r[0] != "label":
                     sweep.append(r)
     crit = []
+    tokens_file = out / "criterion" / "tributary_tokens.json"
+    tokens = json.loads(tokens_file.read_text()) if tokens_file.exists() else {}
     for est in sorted((out / "criterion").glob("**/new/estimates.json")):
         bench = json.loads((est.parent / "benchmark.json").read_text())
         mean_s = json.loads(est.read_text())["mean"]["point_estimate"] / 1e9
         elements = (bench.get("throughput") or {}).get("Elements")
-        crit.append((bench.get("group_id"), bench.get("value_str") or bench.get("function_id"), mean_s, elements))
+        full = bench.get("full_id", "")
+        t = tokens.get(full, {})
+        padding = 1 - t["tokens"] / t["padded_tokens"] if t.get("padded_tokens") else None
+        crit.append((bench.get("group_id"), full.split("/", 1)[-1], mean_s, elements, t.get("tokens"), padding))
     return rows, sweep, crit
 
 
@@ -160,10 +165,13 @@ def render(rows, sweep, crit) -> str:
     if crit:
         md.append("### Criterion (tools/bench/benches/engine.rs), mean time per iteration")
         md.append("")
-        md.append("| group | id | ms | rows/s |")
-        md.append("|---|---|---:|---:|")
-        for g, i, s, el in crit:
-            md.append(f"| {g} | {i} | {s * 1e3:.1f} | {el / s:,.1f} |" if el else f"| {g} | {i} | {s * 1e3:.1f} | |")
+        md.append("| group | point | ms per iteration | rows/s | tokens/s | padding |")
+        md.append("|---|---|---:|---:|---:|---:|")
+        for g, i, s, el, tok, pad in crit:
+            rps = f"{el / s:,.1f}" if el else ""
+            tps = f"{tok / s:,.0f}" if tok else ""
+            pads = f"{pad:.1%}" if pad is not None else ""
+            md.append(f"| {g} | {i} | {s * 1e3:,.0f} | {rps} | {tps} | {pads} |")
         md.append("")
     if targets:
         md.insert(0, "")

@@ -195,9 +195,9 @@ done
 cluster_stop suite
 trap - EXIT
 
-if want sweep; then
-  log "sweep: engine-only throughput against batch size and input length"
-  texts=$OUT/texts_sweep.txt
+texts=$OUT/texts_sweep.txt
+if want sweep || want criterion; then
+  # 4,096 real descriptions (deterministic sample), one per line, newlines written as \n.
   .venv/bin/python - "$texts" <<'PY'
 import sys
 sys.path.insert(0, "scripts")
@@ -207,6 +207,10 @@ with open(sys.argv[1], "w") as f:
     for name in sorted(d.sample(packages, 4096)):
         f.write(packages[name][5].replace("\n", "\\n") + "\n")
 PY
+fi
+
+if want sweep; then
+  log "sweep: engine-only throughput against batch size and input length"
   csv=$OUT/sweep.csv
   "$BENCH_BIN" sweep --ort "$ORT_LIB" --model-dir "$MODEL_DIR" --texts "$texts" --provider cpu --threads "$THREADS" \
     --batches 1,8,32,128,512,1024 --rows 2048 --budget 2048 --label debian --csv "$csv"
@@ -218,7 +222,8 @@ fi
 
 if want criterion; then
   log "criterion: tools/bench --bench engine"
-  TRIBUTARY_ORT=$ORT_LIB TRIBUTARY_MODEL_DIR=$MODEL_DIR \
+  rm -rf tools/bench/target/criterion
+  TRIBUTARY_ORT=$ORT_LIB TRIBUTARY_MODEL_DIR=$MODEL_DIR TRIBUTARY_TEXTS=$texts \
     cargo bench -q --manifest-path tools/bench/Cargo.toml --bench engine 2>&1 | tee "$OUT/criterion.txt"
   cp -r tools/bench/target/criterion "$OUT/criterion"
 fi
