@@ -8,7 +8,7 @@ tokens_per_s, padding_pct, ms_per_call) and RESULTS_DIR/criterion/<group>/<id>/n
 Writes RESULTS_DIR/report.md, benches/throughput.png and the part of BENCHMARKS.md between
 `<!-- suite:begin -->` and `<!-- suite:end -->`.
 
-Usage: report.py RESULTS_DIR [--benchmarks BENCHMARKS.md] [--plot benches/throughput.png]
+Usage: report.py RESULTS_DIR [RESULTS_DIR...] [--benchmarks BENCHMARKS.md] [--plot benches/throughput.png]
 """
 from __future__ import annotations
 
@@ -224,17 +224,24 @@ def plot(sweep, path: Path) -> bool:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path)
+    ap.add_argument("results", type=Path, nargs="+", help="one suite run, or several (e.g. 10k rows and 50k rows run apart)")
     ap.add_argument("--benchmarks", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--plot", type=Path, default=ROOT / "benches/throughput.png")
     a = ap.parse_args(argv)
-    rows, sweep, crit = load(a.results)
-    cmd = a.results / "command.txt"
-    body = render(rows, sweep, crit)
-    head = f"Produced by `{cmd.read_text().strip()}`" if cmd.exists() else "Produced by `bash benches/suite.sh`"
+    rows, sweep, crit, heads = [], [], [], []
     here = a.benchmarks.resolve().parent
-    body = f"{head} (results: `{os.path.relpath(a.results.resolve(), here)}`).\n\n" + body
-    (a.results / "report.md").write_text(body)
+    for d in a.results:
+        r, sw, cr = load(d)
+        rows += r
+        sweep = sweep or sw
+        crit = crit or cr
+        cmd = d / "command.txt"
+        cmds = cmd.read_text().split("\n") if cmd.exists() else ["bash benches/suite.sh"]
+        heads.append(" then ".join(f"`{c.strip()}`" for c in cmds if c.strip())
+                     + f" (results: `{os.path.relpath(d.resolve(), here)}`)")
+    body = render(rows, sweep, crit)
+    body = "Produced by " + " and ".join(heads) + ".\n\n" + body
+    (a.results[-1] / "report.md").write_text(body)
     if plot(sweep, a.plot):
         body += f"\n![throughput against batch size and input length]({os.path.relpath(a.plot.resolve(), here)})\n"
     text = a.benchmarks.read_text() if a.benchmarks.exists() else "# Benchmarks\n"

@@ -4,7 +4,7 @@
 # on the same rows, with the same ONNX Runtime thread count.
 #
 # Usage: benches/suite.sh [--rows 10000,50000] [--only METHODS] [--threads N] [--naive-rows 2000]
-#                         [--no-report]
+#                         [--out DIR] [--no-report]
 #   METHODS (comma-separated; default all):
 #     flops        machine's measured FLOP/s vs the engine's, and the int8 graph's speed-up (flops.py)
 #     sweep        engine-only rows/s and tokens/s against batch size and input length (the plot)
@@ -18,6 +18,7 @@
 #     python       the user's pipeline: ONNX Runtime's Python API + tokenizers + psycopg (fp32)
 #     python_int8  the same pipeline on the int8 graph
 #     naive        the one-row-per-call Python loop, on the first --naive-rows rows
+#   --out DIR adds to an earlier run's results (e.g. the 50k rows run apart from the 10k rows).
 # Results: benches/results/<UTC time>/results.jsonl (one JSON line per measurement), the sweep CSV,
 # then benches/report.py writes report.md there, benches/throughput.png, and the suite section of
 # BENCHMARKS.md.
@@ -30,12 +31,14 @@ ONLY=flops,sweep,criterion,engine,column,column_int8,array,row,job,python,python
 THREADS=$(nproc)
 NAIVE_ROWS=2000
 REPORT=1
+OUT=
 while [ $# -gt 0 ]; do
   case $1 in
     --rows) ROWS_LIST=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --naive-rows) NAIVE_ROWS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
     --no-report) REPORT=0; shift ;;
     *) echo "usage: benches/suite.sh [--rows 10000,50000] [--only METHODS] [--threads N] [--naive-rows N] [--no-report]" >&2; exit 2 ;;
   esac
@@ -44,11 +47,12 @@ want() { [[ ",$ONLY," == *",$1,"* ]]; }
 log() { printf '\n== %s  (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 [ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh >/dev/null
-OUT=benches/results/$(date -u +%Y%m%dT%H%M%SZ)
+# Absolute: cargo bench runs the criterion binary from tools/bench.
+OUT=$(realpath -m "${OUT:-benches/results/$(date -u +%Y%m%dT%H%M%SZ)}")
 mkdir -p "$OUT"
 RESULTS=$OUT/results.jsonl
-: >"$RESULTS"
-echo "bash benches/suite.sh${ARGS:+ $ARGS}" >"$OUT/command.txt"
+touch "$RESULTS"
+echo "bash benches/suite.sh${ARGS:+ $ARGS}" >>"$OUT/command.txt"
 ORT_LIB=$ROOT/ort/lib/libonnxruntime.so.1.31.1
 MODEL_DIR=$ROOT/ort/models/all-MiniLM-L6-v2
 BENCH_BIN=$ROOT/tools/bench/target/release/tributary-bench
