@@ -79,6 +79,33 @@ fn batch_budget_does_not_change_results() {
     assert!(max_diff < 1e-4, "padding to other widths changed results by {max_diff}");
 }
 
+/// A GPU slot released under the backend by `pg_advisory_unlock_all()` (or `DISCARD ALL`) is
+/// taken back before the next GPU run, so the cap holds. Driven through the admission functions
+/// directly: without a GPU no session would keep a slot.
+#[pg_test]
+fn gpu_slot_is_taken_back_after_advisory_unlock_all() {
+    use crate::pg::gpu;
+    assert!(gpu::admit().unwrap(), "a free slot under the default cap");
+    let slot = gpu::held_slot().expect("admit took a slot");
+    let held = || {
+        Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = 0 AND classid = {} \
+             AND objid = {slot} AND pid = pg_backend_pid() AND granted",
+            gpu::LOCK_CLASS
+        ))
+        .unwrap()
+        .unwrap()
+    };
+    assert_eq!(held(), 1);
+    Spi::run("SELECT pg_advisory_unlock_all()").unwrap();
+    assert_eq!(held(), 0, "pg_advisory_unlock_all released the slot's lock");
+    gpu::ensure_held();
+    assert_eq!(held(), 1, "taken back");
+    assert_eq!(gpu::held_slot(), Some(slot));
+    gpu::release();
+    assert_eq!(held(), 0);
+}
+
 #[pg_test]
 fn sessions_view_shows_provider_binding_and_counters() {
     Spi::run("CREATE EXTENSION IF NOT EXISTS vector").unwrap();

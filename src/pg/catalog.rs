@@ -155,6 +155,9 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
         let entry = sessions.remove(pos);
         sessions.push(entry);
         let last = sessions.len() - 1;
+        if sessions[last].embedder.provider().is_gpu() {
+            gpu::ensure_held();
+        }
         Ok(f(&mut sessions[last].embedder))
     })
 }

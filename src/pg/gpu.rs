@@ -9,7 +9,9 @@
 //! This needs no `shared_preload_libraries`.
 //!
 //! A backend keeps its slot until it exits: the CUDA context that ONNX Runtime creates lives as
-//! long as the process, whether or not a session still uses it.
+//! long as the process, whether or not a session still uses it. `pg_advisory_unlock_all()` and
+//! `DISCARD ALL` release every session-level user lock, the slot included; [`ensure_held`] takes
+//! it back before the next GPU run.
 
 use std::cell::Cell;
 
@@ -77,6 +79,31 @@ pub fn admit() -> Result<bool> {
             Ok(true)
         }
         GpuOverflow::Wait => Err(TributaryError::GpuSlots { cap }),
+    }
+}
+
+/// Before a run on a GPU session: takes the slot back if it was released under us
+/// (`pg_advisory_unlock_all()`, `DISCARD ALL`). If another backend took it meanwhile, any free
+/// slot will do; if none is free this backend keeps running over the cap (its CUDA context
+/// exists and cannot be given back) and says so in a WARNING.
+pub fn ensure_held() {
+    let Some(slot) = held_slot() else {
+        return;
+    };
+    // SAFETY: a well-formed tag; LockHeldByMe only reads this backend's local lock table.
+    if unsafe { pg_sys::LockHeldByMe(&tag(slot), pg_sys::ExclusiveLock as pg_sys::LOCKMODE) } {
+        return;
+    }
+    let cap = gucs::max_gpu_sessions().unwrap_or(0) as u32;
+    let taken = std::iter::once(slot).chain((0..cap).filter(|&s| s != slot)).find(|&s| try_lock(s, false));
+    match taken {
+        Some(s) => SLOT.with(|c| c.set(Some(s))),
+        None => {
+            SLOT.with(|c| c.set(None));
+            pgrx::warning!(
+                "tributary: this backend's GPU slot was released (pg_advisory_unlock_all or DISCARD ALL) and all {cap} slots are now taken; it keeps its GPU session over tributary.max_gpu_sessions"
+            );
+        }
     }
 }
 
