@@ -44,7 +44,18 @@ pgrx_test() {
     fi
   fi
   rm -rf /tmp/tributary-pgrx-test
+  # cargo pgrx test installs its debug (pg_test) build into the system's PostgreSQL 15: the
+  # release build that scripts/setup.sh installed is put back afterwards, whatever the result.
+  local pg_config=/usr/lib/postgresql/15/bin/pg_config keep rc
+  local lib ext; lib=$($pg_config --pkglibdir); ext=$($pg_config --sharedir)/extension
+  keep=$(mktemp -d)
+  cp -p "$lib/tributary.so" "$keep/" && cp -p "$ext"/tributary* "$keep/"
   (cd "$src" && cargo pgrx test "${args[@]}")
+  rc=$?
+  rm -f "$ext"/tributary--*.sql
+  cp -p "$keep/tributary.so" "$lib/" && cp -p "$keep"/tributary*.sql "$keep"/tributary.control "$ext/"
+  rm -rf "$keep"
+  return $rc
 }
 
 # 2-4 share one throwaway cluster.

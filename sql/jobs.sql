@@ -15,14 +15,17 @@
 
 -- Rust helpers (src/worker/), generated in the extension's schema, moved next to the rest.
 ALTER FUNCTION _wake_launcher() SET SCHEMA tributary;
-ALTER FUNCTION _outer_user() SET SCHEMA tributary;
+ALTER FUNCTION _job_call(text, jsonb) SET SCHEMA tributary;
+ALTER FUNCTION _job_trigger() SET SCHEMA tributary;
 ALTER FUNCTION workers() SET SCHEMA tributary;
-ALTER FUNCTION _run_as(oid, text) SET SCHEMA tributary;
-REVOKE ALL ON FUNCTION tributary._wake_launcher(), tributary._run_as(oid, text) FROM PUBLIC;
+ALTER FUNCTION _run_as(oid, text, jsonb) SET SCHEMA tributary;
+REVOKE ALL ON FUNCTION tributary._wake_launcher(), tributary._run_as(oid, text, jsonb) FROM PUBLIC;
+-- The trigger of continuous jobs (owned by the extension's owner, so no job owner can alter it).
+REVOKE ALL ON FUNCTION tributary._job_trigger() FROM PUBLIC;
 
 CREATE TABLE tributary._jobs (
     id            bigserial PRIMARY KEY,
-    name          text NOT NULL UNIQUE,
+    name          text NOT NULL,                 -- unique per owner
     source        regclass NOT NULL,
     columns       text[] NOT NULL,               -- '{*}': whole rows (tributary_row_text)
     target_table  regclass,                      -- NULL: target is a column of source
@@ -48,7 +51,10 @@ CREATE TABLE tributary._jobs (
     claim_keys_sql text NOT NULL,   -- $1 jsonb keys    -> jsonb array of claimed keys
     select_sql     text NOT NULL,   -- $1 jsonb keys    -> (key jsonb text, text), rows locked FOR KEY SHARE
     write_sql      text NOT NULL,   -- $1 jsonb[] keys, $2 vector[]/halfvec[] (NULL: no text, clear)
-    requeue_sql    text NOT NULL    -- $1 jsonb keys    -> back into the queue
+    requeue_sql    text NOT NULL,   -- $1 jsonb keys    -> back into the queue
+    enqueue_sql    jsonb,           -- continuous: {"INSERT": sql, "UPDATE": ..., ...} over the
+                                    -- transition tables new_rows/old_rows, run by _job_trigger
+    UNIQUE (owner, name)
 );
 
 -- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
@@ -80,14 +86,13 @@ CREATE INDEX ON tributary._job_batches (job_id, finished_at);
 REVOKE ALL ON tributary._jobs, tributary._job_errors, tributary._job_batches FROM PUBLIC;
 
 -- Rows waiting in a job's queue (claimed rows of batches not yet committed included).
+-- Runs with the caller's rights: a job's owner may read its queue, nobody else.
 CREATE FUNCTION tributary._queued(queue regclass) RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE n bigint;
 BEGIN
-    -- Only job queues: this runs with the extension owner's rights.
-    IF NOT EXISTS (SELECT 1 FROM tributary._jobs j WHERE j.queue = _queued.queue
-                    AND pg_has_role(tributary._outer_user(), j.owner, 'USAGE'))
-       OR to_regclass(queue::text) IS NULL THEN
+    IF queue IS NULL OR NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = queue)
+       OR NOT has_table_privilege(queue, 'SELECT') THEN
         RETURN NULL;
     END IF;
     EXECUTE format('SELECT count(*) FROM %s', queue) INTO n;
@@ -135,53 +140,57 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      WHERE t.typname = _vector_type.typname
 $$;
 
--- The caller's job, or an error: 42704 no such job, 42501 not the owner.
+-- The caller's job, or 42704: a job of a role the caller is not a member of does not exist
+-- for the caller (the same error as an unknown id: other users' job ids are not revealed).
 -- lock: also lock the job's row (not before dropping a job's triggers and queue, which wait for
 -- the batch in flight, whose commit updates that row).
-CREATE FUNCTION tributary._own_job(job bigint, lock boolean DEFAULT true) RETURNS tributary._jobs
+CREATE FUNCTION tributary._own_job(caller oid, job bigint, lock boolean DEFAULT true) RETURNS tributary._jobs
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE j tributary._jobs;
 BEGIN
+    IF job IS NULL THEN
+        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     IF lock THEN
-        SELECT * INTO j FROM tributary._jobs WHERE id = job FOR UPDATE;
+        SELECT * INTO j FROM tributary._jobs x WHERE x.id = job AND pg_has_role(caller, x.owner, 'USAGE') FOR UPDATE;
     ELSE
-        SELECT * INTO j FROM tributary._jobs WHERE id = job;
+        SELECT * INTO j FROM tributary._jobs x WHERE x.id = job AND pg_has_role(caller, x.owner, 'USAGE');
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object',
-            HINT = 'Jobs are listed in tributary.jobs.';
-    END IF;
-    IF NOT pg_has_role(tributary._outer_user(), j.owner, 'USAGE') THEN
-        RAISE EXCEPTION 'must be a member of role "%" to manage job %', j.owner, job
-            USING ERRCODE = 'insufficient_privilege';
+            HINT = 'Your jobs are listed in tributary.jobs.';
     END IF;
     RETURN j;
 END $$;
 
-CREATE FUNCTION tributary_job_create(
-    source       regclass,
-    columns      text[],
-    target       name DEFAULT 'embedding',
-    model        text DEFAULT NULL,
-    mode         text DEFAULT 'once',
-    target_table text DEFAULT NULL,
-    batch_size   integer DEFAULT 256,
-    workers      integer DEFAULT 1,
-    name         text DEFAULT NULL,
-    exclude      text[] DEFAULT NULL,
-    parents      integer DEFAULT 0,
-    children     integer DEFAULT 0,
-    time_columns text[] DEFAULT NULL
-) RETURNS bigint
+-- The job functions below run as the extension's owner (tributary's bookkeeping) and are called
+-- only through tributary._job_call (src/worker/), which passes the role that called the public
+-- function (GetUserId(), not the session's outer role) as `caller` and the arguments as `a`.
+-- Whatever reads or writes the owner's tables or values runs as the owner (tributary._run_as).
+
+CREATE FUNCTION tributary._job_create(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_variable
 DECLARE
-    caller    oid := tributary._outer_user();
+    source       regclass := (a->>'source')::oid;
+    columns      text[] := CASE WHEN jsonb_typeof(a->'columns') = 'array'
+                            THEN coalesce((SELECT array_agg(x) FROM jsonb_array_elements_text(a->'columns') x), '{}') END;
+    target       name := a->>'target';
+    model        text := a->>'model';
+    mode         text := a->>'mode';
+    target_table text := a->>'target_table';
+    batch_size   integer := (a->>'batch_size')::integer;
+    workers      integer := (a->>'workers')::integer;
+    name         text := a->>'name';
+    exclude      text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'exclude') = 'array' THEN a->'exclude' END) x);
+    parents      integer := coalesce((a->>'parents')::integer, 0);
+    children     integer := coalesce((a->>'children')::integer, 0);
+    time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
     whole     boolean := columns = '{*}';
     m         tributary.models;
     pk        text[];           -- primary key columns, quoted
     pk_types  text[];
-    src       text := source::text;
+    src       text;     -- the source's name, schema-qualified
     tgt       regclass;
     tgt_name  text;
     tgt_type  text;
@@ -190,7 +199,6 @@ DECLARE
     c         text;
     id        bigint := nextval('tributary._jobs_id_seq');
     q         text := format('tributary.%I', '_queue_' || id);
-    fn        text := format('tributary.%I', '_enqueue_' || id);
     k_src     text;  k_new text;  k_old text;  k_kk text;  k_k text;  k_g text;  k_q text;  k_o text;
     text_expr text;
     differs   text;
@@ -204,6 +212,16 @@ DECLARE
 BEGIN
     IF source IS NULL OR columns IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'source, columns and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT format('%I.%I', n.nspname, c.relname) INTO src FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = source;
+    IF src IS NULL THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', source::oid USING ERRCODE = 'undefined_table';
+    END IF;
+    -- A temporary table lives in the creating session only; a worker would find another table
+    -- of the same name, or none.
+    IF (SELECT relpersistence FROM pg_class WHERE oid = source) = 't' THEN
+        RAISE EXCEPTION 'jobs cannot embed temporary table %', src USING ERRCODE = 'feature_not_supported',
+            HINT = 'Use tributary_embed_column() on temporary tables.';
     END IF;
     IF cardinality(columns) IS NULL OR cardinality(columns) = 0 THEN
         RAISE EXCEPTION 'columns must name at least one column' USING ERRCODE = 'invalid_parameter_value',
@@ -267,10 +285,13 @@ BEGIN
     IF target_table IS NULL THEN
         tgt := source;
     ELSE
-        -- An unqualified name goes into the source's schema.
-        IF target_table NOT LIKE '%.%' THEN
+        -- An unqualified name goes into the source's schema; the name is rebuilt from its parts,
+        -- quoted (parse_ident raises 22023 on anything that is not a name).
+        IF cardinality(parse_ident(target_table)) = 1 THEN
             target_table := format('%I.%I', (SELECT n.nspname FROM pg_namespace n JOIN pg_class r ON r.relnamespace = n.oid
-                                            WHERE r.oid = source), target_table);
+                                            WHERE r.oid = source), (parse_ident(target_table))[1]);
+        ELSE
+            target_table := (SELECT string_agg(quote_ident(x), '.') FROM unnest(parse_ident(target_table)) x);
         END IF;
         tgt := to_regclass(target_table);
         IF tgt IS NULL THEN
@@ -288,9 +309,11 @@ BEGIN
             RAISE EXCEPTION 'must be owner of table %', tgt USING ERRCODE = 'insufficient_privilege';
         ELSIF (SELECT relkind FROM pg_class WHERE oid = tgt) <> 'r' THEN
             RAISE EXCEPTION '"%" is not a table', tgt USING ERRCODE = 'wrong_object_type';
+        ELSIF (SELECT relpersistence FROM pg_class WHERE oid = tgt) = 't' THEN
+            RAISE EXCEPTION 'jobs cannot write to temporary table %', tgt USING ERRCODE = 'feature_not_supported';
         END IF;
     END IF;
-    tgt_name := tgt::text;
+    tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
     SELECT t.typname, a.atttypmod INTO tgt_type, tgt_mod
       FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
      WHERE a.attrelid = tgt AND a.attname = target AND a.attnum > 0 AND NOT a.attisdropped;
@@ -327,14 +350,14 @@ BEGIN
     k_o   := array_to_string(pk, ', ');
 
     IF whole THEN
-        text_expr := 'row_to_json(t)::text';
+        text_expr := 'row_to_json(t.*)::text';   -- t.*: never a column named t
         -- Columns whose change does not change the row's text: the target and other embeddings.
         SELECT array_agg(a.attname::text) INTO excl FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
          WHERE a.attrelid = source AND a.attnum > 0 AND NOT a.attisdropped
            AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = source AND a.attname = target));
         excl := coalesce(excl, '{}') || coalesce(exclude, '{}');
-        differs := format('(to_jsonb(o) - %L::text[]) IS DISTINCT FROM (to_jsonb(n) - %L::text[])', excl, excl);
-        guard := format('(to_jsonb(t) - %L::text[])::text', excl);
+        differs := format('(to_jsonb(o.*) - %L::text[]) IS DISTINCT FROM (to_jsonb(n.*) - %L::text[])', excl, excl);
+        guard := format('(to_jsonb(t.*) - %L::text[])::text', excl);
     ELSE
         arr := (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x);
         text_expr := format('CASE WHEN num_nonnulls(%s) > 0 THEN concat_ws(E''\n'', %s) END', arr, arr);
@@ -347,11 +370,19 @@ BEGIN
         guard := text_expr;
     END IF;
 
+    IF name IS NOT NULL AND EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = caller AND x.name = name) THEN
+        RAISE EXCEPTION 'job "%" already exists', name USING ERRCODE = 'duplicate_object',
+            HINT = 'Job names are unique per owner; pick another name, or drop the old job with tributary_job_drop().';
+    END IF;
+
     -- The queue: source keys still to embed. No unique key: a trigger never waits for (or is
     -- skipped because of) a batch that holds the same key; a claim takes a key's duplicates once.
     EXECUTE format('CREATE TABLE %s (%s)', q, (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)));
     EXECUTE format('CREATE INDEX ON %s (%s)', q, k_o);
-    EXECUTE format('GRANT SELECT, INSERT ON %s TO %s', q, caller::regrole);
+    -- Every statement over the queue's rows (claims, requeues, the continuous trigger's inserts)
+    -- runs as the owner: its key values are of the owner's types, whose domains' checks and
+    -- casts are the owner's code.
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s', q, caller::regrole);
     -- No write between the fill and the triggers goes unseen.
     IF mode = 'continuous' THEN
         EXECUTE format('LOCK TABLE %s IN SHARE MODE', src);
@@ -367,7 +398,7 @@ BEGIN
 
     INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
         mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
-    VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.name = format('%s.%s', src, target))
+    VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = caller AND x.name = format('%s.%s', src, target))
                                 THEN format('%s.%s (job %s)', src, target, id) ELSE format('%s.%s', src, target) END), source, columns, nullif(tgt, source), target, tgt_type,
         m.name, batch_size, mode, workers,
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
@@ -398,44 +429,37 @@ BEGIN
 
     IF mode = 'continuous' THEN
         -- Statement-level triggers with transition tables: one INSERT into the queue per
-        -- statement. SECURITY DEFINER owned by the job's owner: whoever writes the source need
-        -- not see the queue, and nothing runs with more rights than the owner's.
-        EXECUTE format($f$
-CREATE FUNCTION %1$s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO %2$s SELECT %3$s FROM new_rows n WHERE %4$s;
-    ELSIF TG_OP = 'UPDATE' THEN
-        INSERT INTO %2$s SELECT %3$s FROM new_rows n LEFT JOIN old_rows o ON (%5$s) = (%3$s)
-         WHERE o IS NULL OR %6$s;
-        IF %7$L THEN  -- separate target table: keys that went away take their embedding along
-            DELETE FROM %8$s g USING old_rows o WHERE (%9$s) = (%5$s)
-               AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%3$s) = (%5$s));
-        END IF;
-    ELSIF TG_OP = 'DELETE' THEN
-        DELETE FROM %8$s g USING old_rows o WHERE (%9$s) = (%5$s);
-    ELSIF TG_OP = 'TRUNCATE' THEN
-        TRUNCATE %8$s;
-    END IF;
-    RETURN NULL;
-END $body$$f$, fn, q, k_new, nonnull, k_old, differs, tgt <> source, tgt_name, k_g);
-        EXECUTE format('ALTER FUNCTION %s() OWNER TO %s', fn, caller::regrole);
-        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
-            'tributary_job_' || id || '_insert', src, fn);
-        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
-            'tributary_job_' || id || '_update', src, fn);
+        -- statement. They call tributary._job_trigger (C, owned by the extension's owner, so no
+        -- job owner can alter it), which runs the statement below for TG_OP as the job's owner:
+        -- whoever writes the source need not see the queue, and nothing runs with more rights
+        -- than the owner's.
+        UPDATE tributary._jobs SET enqueue_sql = jsonb_strip_nulls(jsonb_build_object(
+            'INSERT', format('INSERT INTO %s SELECT %s FROM new_rows n WHERE %s', q, k_new, nonnull),
+            'UPDATE', format('INSERT INTO %s SELECT %s FROM new_rows n LEFT JOIN old_rows o ON (%s) = (%s) WHERE (%s) IS NULL OR %s',
+                             q, k_new, k_old, k_new, k_old, differs)
+                      || CASE WHEN tgt <> source THEN
+                             -- separate target table: keys that went away take their embedding along
+                             format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%s) = (%s))',
+                                    tgt_name, k_g, k_old, k_new, k_old) ELSE '' END,
+            'DELETE', CASE WHEN tgt <> source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s)', tgt_name, k_g, k_old) END,
+            'TRUNCATE', CASE WHEN tgt <> source THEN format('TRUNCATE %s', tgt_name) END))
+         WHERE tributary._jobs.id = id;
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+            'tributary_job_' || id || '_insert', src, id);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+            'tributary_job_' || id || '_update', src, id);
         IF tgt <> source THEN
-            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION %s()',
-                'tributary_job_' || id || '_delete', src, fn);
-            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s()',
-                'tributary_job_' || id || '_truncate', src, fn);
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+                'tributary_job_' || id || '_delete', src, id);
+            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+                'tributary_job_' || id || '_truncate', src, id);
         END IF;
     END IF;
     PERFORM tributary._wake_launcher();
     RETURN id;
 END $fn$;
 
--- Drops what a job added to the database: its triggers, trigger function and queue.
+-- Drops what a job added to the database: its triggers and queue.
 CREATE FUNCTION tributary._job_cleanup(j tributary._jobs) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE t text;
@@ -444,50 +468,103 @@ BEGIN
               AND tgname IN (SELECT 'tributary_job_' || j.id || '_' || x FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', t, j.source);
     END LOOP;
-    EXECUTE format('DROP FUNCTION IF EXISTS tributary.%I()', '_enqueue_' || j.id);
     EXECUTE format('DROP TABLE IF EXISTS tributary.%I', '_queue_' || j.id);
 END $$;
 
-CREATE FUNCTION tributary_job_pause(job bigint) RETURNS void
+CREATE FUNCTION tributary._job_pause(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(job);
+DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint);
 BEGIN
     IF j.state NOT IN ('pending', 'running', 'paused') THEN
-        RAISE EXCEPTION 'job % is %, not pending or running', job, j.state USING ERRCODE = 'object_not_in_prerequisite_state';
+        RAISE EXCEPTION 'job % is %, not pending or running', j.id, j.state USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    UPDATE tributary._jobs SET state = 'paused' WHERE id = job;
+    UPDATE tributary._jobs SET state = 'paused' WHERE id = j.id;
+    RETURN j.id;
 END $$;
 
-CREATE FUNCTION tributary_job_resume(job bigint) RETURNS void
+CREATE FUNCTION tributary._job_resume(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(job);
+DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint);
 BEGIN
     IF j.state = 'cancelled' THEN
-        RAISE EXCEPTION 'job % is cancelled', job USING ERRCODE = 'object_not_in_prerequisite_state',
+        RAISE EXCEPTION 'job % is cancelled', j.id USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'A cancelled job has dropped its queue; create a new job.';
     END IF;
-    -- Failed rows get a new chance now, whatever their attempts.
-    EXECUTE j.requeue_sql USING (SELECT coalesce(jsonb_agg(key), '[]') FROM tributary._job_errors WHERE job_id = job AND status <> 'queued');
-    UPDATE tributary._job_errors SET status = 'queued', next_attempt_at = NULL WHERE job_id = job AND status <> 'queued';
-    UPDATE tributary._jobs SET state = 'pending', finished_at = NULL WHERE id = job;
+    -- Failed rows get a new chance now, whatever their attempts. Their keys become the owner's
+    -- types again as the owner (domain checks are the owner's code).
+    PERFORM tributary._run_as(j.owner, j.requeue_sql,
+        (SELECT coalesce(jsonb_agg(key), '[]') FROM tributary._job_errors WHERE job_id = j.id AND status <> 'queued'));
+    UPDATE tributary._job_errors SET status = 'queued', next_attempt_at = NULL WHERE job_id = j.id AND status <> 'queued';
+    UPDATE tributary._jobs SET state = 'pending', finished_at = NULL WHERE id = j.id;
     PERFORM tributary._wake_launcher();
+    RETURN j.id;
 END $$;
+
+CREATE FUNCTION tributary._job_cancel(caller oid, a jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint, false);
+BEGIN
+    PERFORM tributary._job_cleanup(j);
+    UPDATE tributary._jobs SET state = 'cancelled', finished_at = now() WHERE id = j.id;
+    RETURN j.id;
+END $$;
+
+CREATE FUNCTION tributary._job_drop(caller oid, a jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint, false);
+BEGIN
+    PERFORM tributary._job_cleanup(j);
+    DELETE FROM tributary._jobs WHERE id = j.id;
+    RETURN j.id;
+END $$;
+
+REVOKE ALL ON FUNCTION tributary._own_job(oid, bigint, boolean), tributary._job_create(oid, jsonb),
+    tributary._job_pause(oid, jsonb), tributary._job_resume(oid, jsonb), tributary._job_cancel(oid, jsonb),
+    tributary._job_drop(oid, jsonb) FROM PUBLIC;
+
+-- The public job functions: SECURITY INVOKER, so that tributary._job_call sees who calls them
+-- (a SECURITY DEFINER function of another role calling them acts as that role, as PostgreSQL's
+-- own commands do).
+
+-- tributary_job_create(source, columns [, target, model, mode, target_table, batch_size, workers,
+-- name, exclude, parents, children, time_columns]) -> job id. See the README (Jobs).
+CREATE FUNCTION tributary_job_create(
+    source       regclass,
+    columns      text[],
+    target       name DEFAULT 'embedding',
+    model        text DEFAULT NULL,
+    mode         text DEFAULT 'once',
+    target_table text DEFAULT NULL,
+    batch_size   integer DEFAULT 256,
+    workers      integer DEFAULT 1,
+    name         text DEFAULT NULL,
+    exclude      text[] DEFAULT NULL,
+    parents      integer DEFAULT 0,
+    children     integer DEFAULT 0,
+    time_columns text[] DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT tributary._job_call('create', jsonb_build_object(
+        'source', source::oid, 'columns', columns, 'target', target, 'model', model, 'mode', mode,
+        'target_table', target_table, 'batch_size', batch_size, 'workers', workers, 'name', name,
+        'exclude', exclude, 'parents', parents, 'children', children, 'time_columns', time_columns))
+$$;
+
+CREATE FUNCTION tributary_job_pause(job bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM tributary._job_call('pause', jsonb_build_object('job', job)); END $$;
+
+CREATE FUNCTION tributary_job_resume(job bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM tributary._job_call('resume', jsonb_build_object('job', job)); END $$;
 
 CREATE FUNCTION tributary_job_cancel(job bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(job, false);
-BEGIN
-    PERFORM tributary._job_cleanup(j);
-    UPDATE tributary._jobs SET state = 'cancelled', finished_at = now() WHERE id = job;
-END $$;
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM tributary._job_call('cancel', jsonb_build_object('job', job)); END $$;
 
 CREATE FUNCTION tributary_job_drop(job bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(job, false);
-BEGIN
-    PERFORM tributary._job_cleanup(j);
-    DELETE FROM tributary._jobs WHERE id = job;
-END $$;
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM tributary._job_call('drop', jsonb_build_object('job', job)); END $$;
 
 -- Worker side (called by the workers as the bootstrap superuser).
 
@@ -500,7 +577,8 @@ BEGIN
                 WHERE job_id = job AND status = 'waiting' AND next_attempt_at <= now() RETURNING key)
     SELECT jsonb_agg(key) INTO keys FROM d;
     IF keys IS NOT NULL THEN
-        EXECUTE (SELECT requeue_sql FROM tributary._jobs WHERE id = job) USING keys;
+        -- As the owner: the keys become the owner's types (domain checks are the owner's code).
+        PERFORM tributary._run_as(j.owner, j.requeue_sql, keys) FROM tributary._jobs j WHERE j.id = job;
     END IF;
 END $$;
 

@@ -20,7 +20,7 @@ pgrx::extension_sql_file!("../sql/predict.sql", name = "predict", requires = ["b
 pgrx::extension_sql_file!(
     "../sql/jobs.sql",
     name = "jobs",
-    requires = ["bootstrap", worker::_wake_launcher, worker::_outer_user, worker::workers]
+    requires = ["bootstrap", "job_trigger", worker::_wake_launcher, worker::_job_call, worker::_run_as, worker::workers]
 );
 
 /// Registers the settings and, when loaded by `shared_preload_libraries`, the jobs' shared

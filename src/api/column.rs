@@ -108,11 +108,14 @@ fn embed_column(
         pgrx::check_for_interrupts!();
         let n = Spi::connect_mut(|client| -> Result<i64> {
             let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
-            let rows = cursor.fetch(batch_size as i64).map_err(spi_error)?;
+            // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
+            let rows = cursor.fetch((batch_size as i64).min(gucs::max_texts_per_call() as i64)).map_err(spi_error)?;
             let mut tids = Vec::with_capacity(rows.len());
+            let mut rels = Vec::with_capacity(rows.len());
             let mut texts = Vec::with_capacity(rows.len());
             for row in rows {
                 tids.push(row.get::<pg_sys::ItemPointerData>(1).map_err(spi_error)?.expect("ctid is never NULL"));
+                rels.push(row.get::<pg_sys::Oid>(3).map_err(spi_error)?.expect("tableoid is never NULL"));
                 let text = row.get::<String>(2).map_err(spi_error)?.unwrap_or_default();
                 texts.push(match &row_options {
                     None => text,
@@ -140,7 +143,7 @@ fn embed_column(
             } else {
                 (0..emb.rows()).map(|i| Vector(emb.row_f32(i).into_owned())).collect::<Vec<_>>().into()
             };
-            client.update(plan.update_sql.as_str(), None, &[tids.into(), vectors]).map_err(spi_error)?;
+            client.update(plan.update_sql.as_str(), None, &[rels.into(), tids.into(), vectors]).map_err(spi_error)?;
             Ok(n)
         })?;
         if n == 0 {
@@ -156,6 +159,7 @@ fn embed_column(
             );
         }
     }
+    crate::api::embed::release_memory(done as usize);
     Ok(done)
 }
 
@@ -200,16 +204,20 @@ impl Plan {
         };
         let target = quote_identifier(target);
         let (text_expr, filter) = if whole_row {
-            ("row_to_json(t)::text".to_owned(), format!("{target} IS NULL"))
+            // t.*: the row, even when the table has a column named t.
+            ("row_to_json(t.*)::text".to_owned(), format!("{target} IS NULL"))
         } else {
             (text_expr, format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", ")))
         };
         Ok(Plan {
             halfvec: typname == "halfvec",
             count_sql: format!("SELECT count(*) FROM {relname} WHERE {filter}"),
-            select_sql: format!("SELECT ctid, {text_expr} FROM {relname} AS t WHERE {filter}"),
+            // A ctid is unique within one table only: rows of partitions and inheritance
+            // children are told apart by tableoid.
+            select_sql: format!("SELECT ctid, {text_expr}, tableoid FROM {relname} AS t WHERE {filter}"),
             update_sql: format!(
-                "UPDATE {relname} AS t SET {target} = u.e FROM unnest($1::tid[], $2) AS u(id, e) WHERE t.ctid = u.id"
+                "UPDATE {relname} AS t SET {target} = u.e FROM unnest($1::oid[], $2::tid[], $3) AS u(rel, id, e) \
+                 WHERE t.tableoid = u.rel AND t.ctid = u.id"
             ),
         })
     }

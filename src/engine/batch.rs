@@ -20,7 +20,8 @@ pub struct Batch {
 /// Returns `(order, batches)`: `order` is a permutation of `0..lengths.len()`, longest first
 /// (ties keep input order), and `batches` cut it so that `rows * seq_len <= max_batch_tokens`,
 /// except that a batch always holds at least one row (a row longer than the budget runs alone).
-/// `max_rows` caps the rows of one batch (0 = no cap).
+/// `max_rows` caps the rows of one batch (0 = no cap). `check` is called every 1,024 inputs
+/// while planning (the caller checks for interrupts there).
 ///
 /// The cut is the one that minimises `batches * run_overhead_tokens + padded tokens` (dynamic
 /// programming over the sorted order, O(n x rows per batch)): filling every batch up to the
@@ -29,7 +30,13 @@ pub struct Batch {
 /// is that fixed cost in tokens of model work. On 10,000 Debian descriptions (windows of 8,192
 /// tokens, budget 2,048) the greedy cut padded 7.6% of tokens; this cut with an overhead of 32
 /// tokens pads about 2% (BENCHMARKS.md).
-pub fn plan(lengths: &[usize], max_batch_tokens: usize, max_rows: usize, run_overhead_tokens: usize) -> (Vec<usize>, Vec<Batch>) {
+pub fn plan(
+    lengths: &[usize],
+    max_batch_tokens: usize,
+    max_rows: usize,
+    run_overhead_tokens: usize,
+    check: &mut dyn FnMut(),
+) -> (Vec<usize>, Vec<Batch>) {
     let mut order: Vec<usize> = (0..lengths.len()).collect();
     order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]));
     let n = order.len();
@@ -37,6 +44,9 @@ pub fn plan(lengths: &[usize], max_batch_tokens: usize, max_rows: usize, run_ove
     let mut cost = vec![0usize; n + 1];
     let mut next = vec![n; n + 1];
     for i in (0..n).rev() {
+        if i % 1024 == 0 {
+            check();
+        }
         let seq_len = lengths[order[i]].max(1);
         let mut rows_cap = (max_batch_tokens / seq_len).max(1);
         if max_rows > 0 {
@@ -106,7 +116,7 @@ mod tests {
     #[test]
     fn respects_budget_and_covers_every_input_once() {
         let lengths = [5, 300, 17, 17, 2, 128, 64, 1, 256, 9];
-        let (order, batches) = plan(&lengths, 512, 0, 32);
+        let (order, batches) = plan(&lengths, 512, 0, 32, &mut || {});
         let mut seen: Vec<usize> = batches.iter().flat_map(|b| order[b.range.clone()].to_vec()).collect();
         seen.sort();
         assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
@@ -123,14 +133,14 @@ mod tests {
 
     #[test]
     fn row_longer_than_budget_runs_alone() {
-        let (order, batches) = plan(&[1000, 3, 3], 100, 0, 32);
+        let (order, batches) = plan(&[1000, 3, 3], 100, 0, 32, &mut || {});
         assert_eq!(order, vec![0, 1, 2]);
         assert_eq!(batches, vec![Batch { range: 0..1, seq_len: 1000 }, Batch { range: 1..3, seq_len: 3 }]);
     }
 
     #[test]
     fn max_rows_caps_batches_and_ties_keep_input_order() {
-        let (order, batches) = plan(&[4; 10], 1 << 20, 4, 32);
+        let (order, batches) = plan(&[4; 10], 1 << 20, 4, 32, &mut || {});
         assert_eq!(order, (0..10).collect::<Vec<_>>());
         assert_eq!(batches.iter().map(|b| b.range.len()).collect::<Vec<_>>(), vec![4, 4, 2]);
     }
@@ -142,9 +152,9 @@ mod tests {
         let lengths: Vec<usize> = (0..200).map(|i| 10 + (i * 37) % 150).collect();
         let padded = |batches: &[Batch]| batches.iter().map(|b| b.range.len() * b.seq_len).sum::<usize>();
         let real: usize = lengths.iter().sum();
-        let (_, greedy_like) = plan(&lengths, 2048, 0, 1 << 20);
-        let (_, cut) = plan(&lengths, 2048, 0, 32);
-        let (_, exact) = plan(&lengths, 2048, 0, 0);
+        let (_, greedy_like) = plan(&lengths, 2048, 0, 1 << 20, &mut || {});
+        let (_, cut) = plan(&lengths, 2048, 0, 32, &mut || {});
+        let (_, exact) = plan(&lengths, 2048, 0, 0, &mut || {});
         assert!(padded(&cut) < padded(&greedy_like), "{} vs {}", padded(&cut), padded(&greedy_like));
         assert!(cut.len() > greedy_like.len());
         assert_eq!(padded(&exact), real, "no padding without a run cost");
@@ -153,9 +163,19 @@ mod tests {
         }
     }
 
+    /// Planning calls back (for interrupt checks) every 1,024 inputs, also with a huge budget.
+    #[test]
+    fn planning_calls_back_while_it_works() {
+        let lengths = vec![2usize; 5000];
+        let mut calls = 0;
+        let (_, batches) = plan(&lengths, 1 << 22, 4096, 32, &mut || calls += 1);
+        assert_eq!(calls, 5, "inputs 4096, 3072, 2048, 1024, 0");
+        assert!(batches.iter().all(|b| b.range.len() <= 4096));
+    }
+
     #[test]
     fn empty_input_gives_no_batch() {
-        let (order, batches) = plan(&[], 100, 0, 32);
+        let (order, batches) = plan(&[], 100, 0, 32, &mut || {});
         assert!(order.is_empty() && batches.is_empty());
     }
 }

@@ -31,6 +31,10 @@ pub enum Error {
     #[error("ONNX Runtime error: {0}")]
     Ort(String),
 
+    /// An allocation of `bytes` failed (or its size overflowed): an error, not an abort.
+    #[error("out of memory: could not allocate {bytes} bytes")]
+    OutOfMemory { bytes: usize },
+
     /// The model ran but its output is not what its catalog entry promises (e.g. dimension).
     #[error("model output does not match its description: {0}")]
     ModelMismatch(String),

@@ -6,6 +6,7 @@ pub mod binding;
 pub mod error;
 pub mod model;
 pub mod rowtext;
+pub mod signals;
 pub mod tokenize;
 
 pub use error::{Error, Result};

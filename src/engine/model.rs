@@ -50,9 +50,12 @@ pub fn runtime(library: &Path) -> Result<&'static Runtime> {
     if !library.is_file() {
         return Err(Error::OrtLibrary { path: library.to_owned(), reason: "no such file".into() });
     }
-    let builder = ort::init_from(library)
-        .map_err(|e| Error::OrtLibrary { path: library.to_owned(), reason: e.to_string() })?;
-    let environment = builder.with_name("tributary").build()?;
+    // ORT's environment may start threads: none of them may take PostgreSQL's signals.
+    let environment = super::signals::with_signals_blocked(|| -> Result<_> {
+        let builder = ort::init_from(library)
+            .map_err(|e| Error::OrtLibrary { path: library.to_owned(), reason: e.to_string() })?;
+        Ok(builder.with_name("tributary").build()?)
+    })?;
     let version = library_version(library).unwrap_or_else(|| ort_version(ort::info()));
     Ok(RUNTIME.get_or_init(|| Runtime { library: library.to_owned(), version, environment }))
 }
@@ -255,9 +258,18 @@ pub struct Embeddings {
 }
 
 impl Embeddings {
-    fn zeroed(dimension: usize, rows: usize, f16_output: bool) -> Self {
-        let values = if f16_output { Values::F16(vec![f16::ZERO; rows * dimension]) } else { Values::F32(vec![0.0; rows * dimension]) };
-        Embeddings { dimension, values, tokens: 0, padded_tokens: 0, batches: 0 }
+    /// `[rows, dimension]` zeros. Errors: [`Error::OutOfMemory`] when the allocation fails
+    /// (or its size overflows), instead of aborting the process.
+    fn zeroed(dimension: usize, rows: usize, f16_output: bool) -> Result<Self> {
+        let n = rows.checked_mul(dimension).ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
+        fn filled<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory { bytes: n.saturating_mul(std::mem::size_of::<T>()) })?;
+            v.resize(n, zero);
+            Ok(v)
+        }
+        let values = if f16_output { Values::F16(filled(n, f16::ZERO)?) } else { Values::F32(filled(n, 0.0f32)?) };
+        Ok(Embeddings { dimension, values, tokens: 0, padded_tokens: 0, batches: 0 })
     }
 
     pub fn rows(&self) -> usize {
@@ -342,6 +354,11 @@ const WINDOW_BATCHES: usize = 4;
 /// small runs also use the cores less well, hence 32.
 const CPU_RUN_OVERHEAD_TOKENS: usize = 32;
 
+/// Most rows in one ORT run, whatever the token budget: bounds batch planning (O(texts x rows
+/// per run)) and a run's `[rows, seq]` buffers when texts are very short. At the default budget
+/// (2,048 tokens, at least 2 tokens a row) no run reaches it.
+const MAX_ROWS_PER_RUN: usize = 4096;
+
 impl Embedder {
     /// Creates the session and tokenizer in the loaded [`runtime`].
     ///
@@ -349,6 +366,13 @@ impl Embedder {
     /// (with ONNX Runtime's reason) when `Cuda` or `TensorRt` was asked for and cannot be used,
     /// [`Error::Ort`] when ORT rejects the model.
     pub fn new(runtime: &Runtime, config: EmbedderConfig) -> Result<Self> {
+        // The session's thread pools and the tokenizer's pool start here, with every signal
+        // blocked (they inherit the mask; see signals.rs).
+        super::signals::start_tokenizer_pool();
+        super::signals::with_signals_blocked(|| Self::create(runtime, config))
+    }
+
+    fn create(runtime: &Runtime, config: EmbedderConfig) -> Result<Self> {
         // The graph first: a model directory that does not exist is reported by its model file.
         if !config.model_file.is_file() {
             return Err(Error::ModelFile { path: config.model_file.clone(), reason: "no such file".into() });
@@ -468,9 +492,16 @@ impl Embedder {
     /// thread, the next window is tokenized on another thread (itself spreading the work over
     /// HF tokenizers' thread pool). Within a window, batches are planned on exact token lengths.
     ///
-    /// `between_batches` runs on the calling thread before every ORT run; the PostgreSQL side
-    /// checks for interrupts there, so a cancel stops the work within one batch. No other thread
-    /// calls back into the caller.
+    /// Texts longer than [`TextTokenizer::max_bytes`] are cut to it (on a character boundary)
+    /// before they are tokenized: tokens past the window would be dropped anyway, and
+    /// tokenizing a whole 50 MB text took 5.9 GB.
+    ///
+    /// `between_batches` runs on the calling thread before every ORT run and while batches are
+    /// planned; the PostgreSQL side checks for interrupts there, so a cancel stops the work
+    /// within one batch. No other thread calls back into the caller.
+    ///
+    /// Errors: [`Error::OutOfMemory`] when the `[texts, dimension]` output cannot be allocated;
+    /// [`Error::Tokenizer`], [`Error::Ort`] from the run.
     pub fn embed(
         &mut self,
         texts: &[&str],
@@ -478,12 +509,13 @@ impl Embedder {
         between_batches: &mut dyn FnMut(),
     ) -> Result<Embeddings> {
         let dim = self.config.dimension;
-        let mut out = Embeddings::zeroed(dim, texts.len(), self.f16_output);
+        let mut out = Embeddings::zeroed(dim, texts.len(), self.f16_output)?;
         if texts.is_empty() {
             return Ok(out);
         }
         let gpu = self.provider.is_gpu();
-        let bytes: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+        let max_bytes = self.tokenizer.max_bytes();
+        let bytes: Vec<usize> = texts.iter().map(|t| t.len().min(max_bytes)).collect();
         let windows = batch::windows(&bytes, self.config.max_length, max_batch_tokens.max(1) * WINDOW_BATCHES);
         let Embedder { session, tokenizer, binding, binding_note, stats, ids, mask, input_names, .. } = self;
         let tokenizer: &TextTokenizer = tokenizer;
@@ -493,14 +525,14 @@ impl Embedder {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Tokens>>>(1);
             if windows.len() > 1 {
                 let rest = &windows[1..];
-                scope.spawn(move || {
+                let _ = super::signals::with_signals_blocked(|| scope.spawn(move || {
                     for w in rest {
                         // A closed channel means the caller stopped (error or cancel): stop too.
                         if tx.send(encode(w)).is_err() {
                             break;
                         }
                     }
-                });
+                }));
             } else {
                 drop(tx);
             }
@@ -516,7 +548,7 @@ impl Embedder {
                 // On a GPU a run's fixed cost (kernel launches, copies) dwarfs a padded token's, so
                 // batches are filled to the budget there (not measured yet: no GPU so far).
                 let overhead = if gpu { max_batch_tokens } else { CPU_RUN_OVERHEAD_TOKENS };
-                let (order, batches) = batch::plan(&lengths, max_batch_tokens, 0, overhead);
+                let (order, batches) = batch::plan(&lengths, max_batch_tokens, MAX_ROWS_PER_RUN, overhead, &mut *between_batches);
                 for b in &batches {
                     between_batches();
                     let rows: Vec<usize> = order[b.range.clone()].to_vec();

@@ -22,6 +22,24 @@ pub struct Tokens {
     pub ids: Vec<i32>,
 }
 
+/// Bytes of text kept per token of the window before tokenizing ([`TextTokenizer::max_bytes`]).
+/// English WordPiece averages about 4 bytes a token and a token covers at least one byte of
+/// non-space text, so 64 bytes a token keeps everything the window can hold except for texts
+/// made mostly of whitespace or of words over 100 characters (one `[UNK]` each).
+pub const BYTES_PER_TOKEN: usize = 64;
+
+/// `text` cut to at most `max_bytes` bytes, on a character boundary.
+pub fn cut(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 impl TextTokenizer {
     /// Loads `tokenizer.json` and sets truncation to `max_length` tokens.
     ///
@@ -40,12 +58,21 @@ impl TextTokenizer {
         Ok(TextTokenizer { inner, max_length, pad_id })
     }
 
-    /// Tokenizes `texts` in parallel (HF tokenizers' thread pool; no PostgreSQL call is made
-    /// from those threads). Output is in input order, one [`Tokens`] per text.
+    /// Bytes of a text that are tokenized: `max_length x` [`BYTES_PER_TOKEN`] (16 kB for a
+    /// 256-token window). Longer texts are [`cut`] first, so one text costs bounded memory and
+    /// time (tokenizing all of a 50 MB text took 5.9 GB and 29 s).
+    pub fn max_bytes(&self) -> usize {
+        self.max_length.saturating_mul(BYTES_PER_TOKEN)
+    }
+
+    /// Tokenizes `texts` (each [`cut`] to [`Self::max_bytes`]) in parallel (HF tokenizers'
+    /// thread pool; no PostgreSQL call is made from those threads). Output is in input order,
+    /// one [`Tokens`] per text.
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<Tokens>> {
+        let max = self.max_bytes();
         let encodings = self
             .inner
-            .encode_batch(texts.to_vec(), true)
+            .encode_batch(texts.iter().map(|t| cut(t, max)).collect::<Vec<_>>(), true)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(encodings
             .into_iter()
@@ -57,9 +84,10 @@ impl TextTokenizer {
     /// out (`[len] usize`, at most `max_length` tokens: longer texts are truncated). Used to cut
     /// a text at a token boundary.
     pub fn token_ends(&self, texts: &[&str]) -> Result<Vec<Vec<usize>>> {
+        let max = self.max_bytes();
         let encodings = self
             .inner
-            .encode_batch(texts.to_vec(), false)
+            .encode_batch(texts.iter().map(|t| cut(t, max)).collect::<Vec<_>>(), false)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(encodings.into_iter().map(|e| e.get_offsets().iter().map(|&(_, end)| end).collect()).collect())
     }
@@ -77,5 +105,20 @@ impl TextTokenizer {
     /// Truncation length in tokens.
     pub fn max_length(&self) -> usize {
         self.max_length
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn cut_keeps_short_texts_and_cuts_on_a_character_boundary() {
+        assert_eq!(cut("abc", 10), "abc");
+        assert_eq!(cut("abcdef", 3), "abc");
+        // "é" is 2 bytes: a cut inside it backs off to before it.
+        assert_eq!(cut("aé", 2), "a");
+        assert_eq!(cut("日本語", 7), "日本");
+        assert_eq!(cut("", 0), "");
     }
 }

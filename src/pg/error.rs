@@ -40,6 +40,14 @@ pub enum TributaryError {
     #[error("{0}")]
     Privilege(String),
 
+    /// 54000: more texts in one call than `tributary.max_texts_per_call`.
+    #[error("too many texts in one call: {count}")]
+    TooManyTexts { count: usize, limit: usize },
+
+    /// 2202E: a multidimensional array where a list of texts is expected.
+    #[error("{0}")]
+    ArrayShape(String),
+
     /// 53400: every GPU slot (`tributary.max_gpu_sessions`) is taken and `tributary.gpu_overflow = error`.
     #[error("all {cap} GPU slots are taken")]
     GpuSlots { cap: usize },
@@ -125,6 +133,17 @@ impl From<TributaryError> for ErrorReport {
                 Some(format!("tributary.max_gpu_sessions = {cap}; the holders are listed in tributary.gpu_sessions")),
                 Some("Set tributary.gpu_overflow to cpu or wait, raise tributary.max_gpu_sessions, or retry later."),
             ),
+            T::Engine(E::OutOfMemory { bytes }) => report(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                Some(format!("Failed on a request of size {bytes} bytes.")),
+                Some("Embed fewer texts per call, or lower tributary.max_texts_per_call."),
+            ),
+            T::TooManyTexts { limit, .. } => report(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                Some(format!("tributary.max_texts_per_call is {limit}.")),
+                Some("Embed in chunks of fewer texts, or embed a whole table with tributary_embed_column() or a job."),
+            ),
+            T::ArrayShape(_) => report(PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR, None, Some("Pass a one-dimensional text[].")),
             T::Internal(_) => report(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, None, None),
             T::ModelMetadata { reason, missing, .. } => report(
                 if *missing { PgSqlErrorCode::ERRCODE_UNDEFINED_FILE } else { PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION },

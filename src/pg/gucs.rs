@@ -1,7 +1,11 @@
 //! Settings, all under `tributary.*`. Settings that name a file (and so load code or data into
-//! the server) are superuser-only (`PGC_SUSET`).
+//! the server) are superuser-only (`PGC_SUSET`). Settings that size a backend's threads or
+//! memory (`intra_op_threads`, `max_batch_tokens`, `max_texts_per_call`) are user-settable
+//! downwards only: a role that is not a superuser may set them at most to their reset value (the
+//! server configuration's, or what a superuser set with ALTER ROLE / ALTER DATABASE); above that
+//! a SET fails with 42501 ([`no_raise`]).
 
-use std::ffi::CString;
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::path::PathBuf;
 
 use pgrx::prelude::*;
@@ -47,10 +51,15 @@ static EXECUTION_PROVIDER: GucSetting<ExecutionProvider> = GucSetting::<Executio
 /// Padded tokens per ONNX Runtime run. On the 2-vCPU CPU machine, tributary_embed over 2,000
 /// Debian descriptions ran at 97-103 rows/s with budgets of 512 to 2048 tokens and slowed past
 /// that (90 at 4096, 85 at 16384, 75 at 32768; benches/embed_column.sh, BENCHMARKS.md): larger
-/// batches only add padding and attention memory on a CPU.
-static MAX_BATCH_TOKENS: GucSetting<i32> = GucSetting::<i32>::new(2048);
-/// 0 lets ONNX Runtime use one thread per physical core.
-static INTRA_OP_THREADS: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// batches only add padding and attention memory on a CPU. Raised only by a superuser.
+static mut MAX_BATCH_TOKENS: c_int = 2048;
+/// 0 lets ONNX Runtime use one thread per physical core. Raised only by a superuser.
+static mut INTRA_OP_THREADS: c_int = 0;
+/// Texts one call may embed (`tributary_embed(text[])`, a job's or a column's batch). The
+/// output alone is `texts x dimension x 4` bytes (1.5 kB per text at 384 dimensions), and a
+/// `vector[]` result cannot exceed 1 GB anyway (about 690,000 vectors of 384 dimensions).
+/// Raised only by a superuser.
+static mut MAX_TEXTS_PER_CALL: c_int = 100_000;
 /// CUDA device ordinal used when the CUDA execution provider runs.
 static GPU_DEVICE: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// How often long work reports progress as a NOTICE, in ms; 0 turns it off.
@@ -138,26 +147,52 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
-    GucRegistry::define_int_guc(
-        c"tributary.max_batch_tokens",
-        c"Most padded tokens in one ONNX Runtime run.",
-        c"Inputs are sorted by length and cut into batches of at most this many tokens (rows times the longest row).",
-        &MAX_BATCH_TOKENS,
-        256,
-        1 << 22,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"tributary.intra_op_threads",
-        c"ONNX Runtime intra-op threads per session; 0 means one per physical core.",
-        c"",
-        &INTRA_OP_THREADS,
-        0,
-        1024,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
+    // SAFETY: the statics live for the process; PostgreSQL writes them only through the GUC
+    // machinery, on this backend's one thread.
+    unsafe {
+        pg_sys::DefineCustomIntVariable(
+            c"tributary.max_batch_tokens".as_ptr(),
+            c"Most padded tokens in one ONNX Runtime run.".as_ptr(),
+            c"Inputs are sorted by length and cut into batches of at most this many tokens (rows times the longest row). Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(MAX_BATCH_TOKENS),
+            2048,
+            256,
+            1 << 22,
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_max_batch_tokens),
+            None,
+            None,
+        );
+        pg_sys::DefineCustomIntVariable(
+            c"tributary.intra_op_threads".as_ptr(),
+            c"ONNX Runtime intra-op threads per session; 0 means one per physical core.".as_ptr(),
+            c"Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(INTRA_OP_THREADS),
+            0,
+            0,
+            1024,
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_intra_op_threads),
+            None,
+            None,
+        );
+        pg_sys::DefineCustomIntVariable(
+            c"tributary.max_texts_per_call".as_ptr(),
+            c"Most texts one call embeds; more is an error (54000).".as_ptr(),
+            c"Bounds the memory of one call (its output alone is texts x dimension x 4 bytes). Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(MAX_TEXTS_PER_CALL),
+            100_000,
+            1,
+            i32::MAX,
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_max_texts_per_call),
+            None,
+            None,
+        );
+    }
     GucRegistry::define_int_guc(
         c"tributary.gpu_device",
         c"CUDA device ordinal for the CUDA execution provider.",
@@ -309,12 +344,78 @@ pub fn gpu_overflow() -> GpuOverflow {
     GPU_OVERFLOW.get()
 }
 
+/// `tributary.max_batch_tokens` (tokens).
 pub fn max_batch_tokens() -> usize {
-    MAX_BATCH_TOKENS.get() as usize
+    // SAFETY: plain read of a setting of this backend.
+    unsafe { MAX_BATCH_TOKENS as usize }
 }
 
+/// `tributary.intra_op_threads` (0: one per physical core).
 pub fn intra_op_threads() -> usize {
-    INTRA_OP_THREADS.get() as usize
+    // SAFETY: as above.
+    unsafe { INTRA_OP_THREADS as usize }
+}
+
+/// `tributary.max_texts_per_call` (texts).
+pub fn max_texts_per_call() -> usize {
+    // SAFETY: as above.
+    unsafe { MAX_TEXTS_PER_CALL as usize }
+}
+
+/// Threads a value of `tributary.intra_op_threads` means (0: every core).
+fn effective_threads(v: i64) -> i64 {
+    if v == 0 { std::thread::available_parallelism().map_or(1, |n| n.get() as i64) } else { v }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_max_batch_tokens(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+    // SAFETY: newval points at the proposed value.
+    no_raise(c"tributary.max_batch_tokens", unsafe { *newval } as i64, source, |v| v)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_intra_op_threads(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+    // SAFETY: as above.
+    no_raise(c"tributary.intra_op_threads", unsafe { *newval } as i64, source, effective_threads)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_max_texts_per_call(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+    // SAFETY: as above.
+    no_raise(c"tributary.max_texts_per_call", unsafe { *newval } as i64, source, |v| v)
+}
+
+/// Check hook of the resource settings: values from the server configuration, ALTER DATABASE
+/// and ALTER ROLE (checked when those were set, with source PGC_S_TEST) pass; a value from a
+/// client or a SET passes when it is at most the reset value (as `measure` compares them) or
+/// the current role is a superuser. Otherwise the SET fails with 42501.
+fn no_raise(name: &'static CStr, value: i64, source: pg_sys::GucSource::Type, measure: fn(i64) -> i64) -> bool {
+    if source <= pg_sys::GucSource::PGC_S_DATABASE_USER {
+        return true;
+    }
+    // SAFETY: GetConfigOptionResetString returns the variable's reset value (it exists: this
+    // hook is its own); superuser() reads the catalog, so only inside a transaction.
+    let (reset, is_superuser) = unsafe {
+        let r = pg_sys::GetConfigOptionResetString(name.as_ptr());
+        let reset = if r.is_null() { None } else { CStr::from_ptr(r).to_str().ok().and_then(|s| s.parse::<i64>().ok()) };
+        (reset, pg_sys::IsTransactionState() && pg_sys::superuser())
+    };
+    let Some(reset) = reset else { return true };
+    if is_superuser || measure(value) <= measure(reset) {
+        return true;
+    }
+    // SAFETY: the GUC_check_* strings are palloc'd here and read by the caller's ereport.
+    unsafe {
+        pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE as i32);
+        let msg = CString::new(format!("permission denied to raise \"{}\" above {reset}", name.to_string_lossy())).unwrap_or_default();
+        pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(msg.as_ptr());
+        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(
+            c"This setting sizes the threads or memory of a backend; only a superuser may raise it above its reset value.".as_ptr(),
+        );
+        pg_sys::GUC_check_errhint_string =
+            pg_sys::pstrdup(c"Lower values are allowed. A superuser can raise it in postgresql.conf, or per role with ALTER ROLE ... SET.".as_ptr());
+    }
+    false
 }
 
 pub fn gpu_device() -> i32 {

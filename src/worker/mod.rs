@@ -66,6 +66,8 @@ struct Slot {
     db: u32,
     /// The job it is running (0: none).
     job: i64,
+    /// The owner of that job (0: none), for [`workers`]' visibility.
+    owner: u32,
 }
 
 /// Shared state of the launcher and the workers (shared memory, one LWLock).
@@ -198,15 +200,30 @@ fn _wake_launcher() -> bool {
     true
 }
 
-/// `tributary._outer_user() → oid`: the role that called into tributary's SECURITY DEFINER
-/// functions (the current role outside any security-definer function, after SET ROLE).
-#[pg_extern(stable, parallel_safe)]
+/// `tributary._job_call(op text, args jsonb) → bigint`: the one way into the job functions
+/// of sql/jobs.sql (`tributary._job_<op>(caller oid, args jsonb)`, op one of create, pause,
+/// resume, cancel, drop), called by the public SECURITY INVOKER wrappers `tributary_job_*`.
 ///
-/// Errors: 42501 inside a security-restricted operation (an index expression or a maintenance
-/// command running another role's code), where the outer user is not who called.
-fn _outer_user() -> pg_sys::Oid {
+/// The caller is `GetUserId()`, the role the wrapper runs as: inside another role's SECURITY
+/// DEFINER function that is the function's owner, as for PostgreSQL's own privilege checks (the
+/// session's outer role would let any definer function act on its caller's jobs). The job
+/// function then runs as the extension's owner, for tributary's bookkeeping only; whatever
+/// touches the owner's tables or values it hands to [`_run_as`].
+///
+/// Errors: 22023 unknown op; 42501 inside a security-restricted operation (an index expression
+/// or maintenance command running another role's code); the job function's own errors.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
+    let func = match op {
+        "create" => "_job_create",
+        "pause" => "_job_pause",
+        "resume" => "_job_resume",
+        "cancel" => "_job_cancel",
+        "drop" => "_job_drop",
+        _ => pgrx::error!("unknown job operation \"{op}\""),
+    };
     // SAFETY: plain reads of the session's user state.
-    unsafe {
+    let caller = unsafe {
         if pg_sys::InSecurityRestrictedOperation() {
             pgrx::pg_sys::panic::ErrorReport::new(
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -215,27 +232,158 @@ fn _outer_user() -> pg_sys::Oid {
             )
             .report(PgLogLevel::ERROR);
         }
-        pg_sys::GetOuterUserId()
+        pg_sys::GetUserId()
+    };
+    as_role(extension_owner(), || {
+        Spi::get_one_with_args::<i64>(&format!("SELECT tributary.{func}($1, $2)"), &[caller.into(), args.into()])
+            .map_err(spi_error)
+            .or_raise()
+    })
+}
+
+/// The role that owns the tributary extension (a superuser: the extension is not trusted).
+fn extension_owner() -> pg_sys::Oid {
+    Spi::get_one::<pg_sys::Oid>("SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'tributary'")
+        .map_err(spi_error)
+        .or_raise()
+        .unwrap_or(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID))
+}
+
+/// Runs `f` as `role` for tributary's own bookkeeping (its tables, its statements, nothing of a
+/// user's): a local user-id change, as a SECURITY DEFINER function makes. An error inside aborts
+/// the (sub)transaction, which restores the user.
+fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+    let mut old = pg_sys::InvalidOid;
+    let mut ctx = 0;
+    // SAFETY: save, switch, restore, as fmgr_security_definer does.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut old, &mut ctx);
+        pg_sys::SetUserIdAndSecContext(role, ctx | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
     }
+    let r = f();
+    // SAFETY: as above.
+    unsafe { pg_sys::SetUserIdAndSecContext(old, ctx) };
+    r
 }
 
-/// `tributary._run_as(role oid, sql text)`: runs `sql` (no result) as `role`, as
-/// [`as_user`] does. Used by `tributary_job_create` (SECURITY DEFINER) to read the source table
-/// with its owner's rights. Not granted to PUBLIC.
+/// `tributary._run_as(role oid, sql text, arg jsonb DEFAULT NULL)`: runs `sql` (no result; `arg`
+/// as `$1` when given) as `role`, as [`as_user`] does: security-restricted, with the default
+/// search_path. Used by the job functions (as the extension's owner) for every statement over a
+/// job owner's tables and key values. Not granted to PUBLIC.
 #[pg_extern(volatile, parallel_unsafe)]
-fn _run_as(role: pg_sys::Oid, sql: &str) {
-    as_user(role, || Spi::run(sql).map_err(spi_error).or_raise());
+fn _run_as(role: pg_sys::Oid, sql: &str, arg: default!(Option<pgrx::JsonB>, "NULL")) {
+    as_user(role, || match arg {
+        Some(a) => Spi::run_with_args(sql, &[a.into()]),
+        None => Spi::run(sql),
+    }
+    .map_err(spi_error)
+    .or_raise());
 }
 
-/// `tributary.workers() → (pid, database oid, job)`: the running job workers (all databases).
+pgrx::extension_sql!(
+    r#"
+-- The statement-level trigger of continuous jobs (src/worker/mod.rs, tributary_job_trigger).
+CREATE FUNCTION _job_trigger() RETURNS trigger LANGUAGE c AS 'MODULE_PATHNAME', 'tributary_job_trigger';
+"#,
+    name = "job_trigger",
+    requires = ["bootstrap"]
+);
+
+#[doc(hidden)]
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_tributary_job_trigger() -> &'static pg_sys::Pg_finfo_record {
+    static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// `tributary._job_trigger(job id)`: the AFTER ... FOR EACH STATEMENT trigger of a continuous
+/// job (INSERT, UPDATE, DELETE, TRUNCATE on the source). Reads the job's statement for the
+/// event (`tributary._jobs.enqueue_sql`) as the extension's owner and runs it as the job's owner
+/// ([`as_user`]) over the transition tables `new_rows`/`old_rows`: whoever writes the source
+/// needs no right on the queue, and the owner's types and casts run with the owner's rights only.
+/// A job that is gone or cancelled does nothing.
+///
+/// Errors: 39P01 when not called as a trigger or without the job id argument.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn tributary_job_trigger(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let protocol = |msg: &'static str| -> ! {
+        pgrx::pg_sys::panic::ErrorReport::new(PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED, msg, "tributary_job_trigger")
+            .report(PgLogLevel::ERROR);
+        unreachable!()
+    };
+    // SAFETY: fcinfo is the call's; its context is a TriggerData when the trigger manager calls.
+    let td = unsafe {
+        let context = (*fcinfo).context;
+        if context.is_null() || (*context).type_ != pg_sys::NodeTag::T_TriggerData {
+            protocol("tributary._job_trigger() must be called as a trigger");
+        }
+        context.cast::<pg_sys::TriggerData>()
+    };
+    // SAFETY: tg_trigger and its tgargs (tgnargs C strings) belong to the trigger manager.
+    let (job, event) = unsafe {
+        let trigger = (*td).tg_trigger;
+        if (*trigger).tgnargs < 1 {
+            protocol("tributary._job_trigger() needs the job id as its argument");
+        }
+        let arg = std::ffi::CStr::from_ptr(*(*trigger).tgargs).to_string_lossy().into_owned();
+        let Ok(job) = arg.parse::<i64>() else { protocol("tributary._job_trigger(): the argument must be a job id") };
+        (job, (*td).tg_event & pg_sys::TRIGGER_EVENT_OPMASK)
+    };
+    let op = match event {
+        pg_sys::TRIGGER_EVENT_INSERT => "INSERT",
+        pg_sys::TRIGGER_EVENT_UPDATE => "UPDATE",
+        pg_sys::TRIGGER_EVENT_DELETE => "DELETE",
+        _ => "TRUNCATE",
+    };
+    let found = as_role(extension_owner(), || {
+        Spi::connect(|c| {
+            let mut rows = c.select(
+                "SELECT owner::oid, enqueue_sql ->> $2 FROM tributary._jobs WHERE id = $1 AND state <> 'cancelled'",
+                None,
+                &[job.into(), op.into()],
+            )?;
+            match rows.next() {
+                Some(r) => Ok::<_, pgrx::spi::Error>(Some((r.get::<pg_sys::Oid>(1)?, r.get::<String>(2)?))),
+                None => Ok(None),
+            }
+        })
+        .map_err(spi_error)
+        .or_raise()
+    });
+    if let Some((Some(owner), Some(sql))) = found {
+        as_user(owner, || {
+            Spi::connect_mut(|c| {
+                // SAFETY: td is this call's TriggerData; registering its transition tables on the
+                // current SPI connection is what PL/pgSQL does for its statements.
+                unsafe { pg_sys::SPI_register_trigger_data(td) };
+                c.update(&sql, None, &[]).map(|_| ())
+            })
+            .map_err(spi_error)
+            .or_raise()
+        });
+    }
+    pg_sys::Datum::from(0usize)
+}
+
+/// `tributary.workers() → (pid, database oid, job)`: the running job workers. Superusers and
+/// members of pg_read_all_stats see every worker of every database; other roles see the
+/// workers of this database that run jobs of roles they are members of (others' jobs, their ids
+/// and their workers are not visible).
 #[pg_extern(stable, parallel_safe)]
 fn workers() -> TableIterator<'static, (name!(pid, i32), name!(datid, pg_sys::Oid), name!(job, Option<i64>))> {
+    // SAFETY: plain reads of the session's user and database.
+    let (caller, db) = unsafe { (pg_sys::GetUserId(), pg_sys::MyDatabaseId) };
+    // pg_read_all_stats (pg_authid_d.h: ROLE_PG_READ_ALL_STATS).
+    const READ_ALL_STATS: u32 = 3375;
+    // SAFETY: catalog lookups in a transaction.
+    let all = unsafe { pg_sys::superuser_arg(caller) || pg_sys::has_privs_of_role(caller, pg_sys::Oid::from(READ_ALL_STATS)) };
     let rows: Vec<_> = if PRELOADED.load(Ordering::Relaxed) {
-        REGISTRY
-            .share()
-            .slots
-            .iter()
-            .filter(|s| s.pid != 0)
+        let slots: Vec<Slot> = REGISTRY.share().slots.iter().filter(|s| s.pid != 0).copied().collect();
+        slots
+            .into_iter()
+            // SAFETY: as above.
+            .filter(|s| all || (s.db == u32::from(db) && s.owner != 0 && unsafe { pg_sys::has_privs_of_role(caller, pg_sys::Oid::from(s.owner)) }))
             .map(|s| (s.pid, pg_sys::Oid::from(s.db), (s.job != 0).then_some(s.job)))
             .collect()
     } else {
@@ -451,7 +599,7 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
         let mut r = REGISTRY.exclusive();
         match r.slots.iter().position(|s| s.pid == 0) {
             Some(i) => {
-                r.slots[i] = Slot { pid, db, job: 0 };
+                r.slots[i] = Slot { pid, db, job: 0, owner: 0 };
                 SLOT.store(i, Ordering::Relaxed);
             }
             None => return,
@@ -494,7 +642,12 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
         match next {
             Next::Run(job) => {
                 let after = run_job(&job);
-                REGISTRY.exclusive().slots[SLOT.load(Ordering::Relaxed)].job = 0;
+                {
+                    let mut r = REGISTRY.exclusive();
+                    let slot = &mut r.slots[SLOT.load(Ordering::Relaxed)];
+                    slot.job = 0;
+                    slot.owner = 0;
+                }
                 match after {
                     After::Exit => break,
                     After::Plan => {}
@@ -678,6 +831,7 @@ fn plan(db: u32, dbname: &str) -> Next {
     };
     if let Some(id) = pick {
         if let Some(job) = load_job(id) {
+            REGISTRY.exclusive().slots[me].owner = u32::from(job.owner);
             return Next::Run(job);
         }
         REGISTRY.exclusive().slots[me].job = 0;
@@ -871,12 +1025,15 @@ fn process(job: &Job, keys: Option<String>) -> Outcome {
 /// clear the rows' old errors, add the progress. Returns (outcome, commit).
 fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -> (Outcome, bool) {
     let started = Instant::now();
-    let claimed = match keys {
-        None => Spi::get_one_with_args::<String>(&job.claim_sql, &[(job.batch_size as i64).into()]),
-        Some(k) => Spi::get_one_with_args::<String>(&job.claim_keys_sql, &[k.into()]),
-    }
-    .map_err(spi_error)
-    .or_raise();
+    // As the owner: the claim orders and turns keys into values of the owner's types.
+    let claimed = as_user(job.owner, || {
+        match keys {
+            None => Spi::get_one_with_args::<String>(&job.claim_sql, &[(job.batch_size as i64).into()]),
+            Some(k) => Spi::get_one_with_args::<String>(&job.claim_keys_sql, &[k.into()]),
+        }
+        .map_err(spi_error)
+        .or_raise()
+    });
     let Some(claimed) = claimed else {
         return (Outcome::Empty, true);
     };
@@ -995,7 +1152,7 @@ fn row_failed(job: &Job, key: &str, e: &CaughtError) {
     log_error(&format!("tributary job {}: row {key} failed", job.id), e);
     let (code, message, detail) = error_parts(e);
     let result = in_transaction(|| {
-        Spi::get_one_with_args::<String>(&job.claim_keys_sql, &[key.into()]).map_err(spi_error).or_raise();
+        as_user(job.owner, || Spi::get_one_with_args::<String>(&job.claim_keys_sql, &[key.into()]).map_err(spi_error).or_raise());
         Spi::run_with_args(
             "INSERT INTO tributary._job_errors AS x (job_id, key, sqlstate, message, detail, attempts, status, next_attempt_at) \
              VALUES ($1, ($2::jsonb) -> 0, $3, $4, $5, 1, \

@@ -60,16 +60,29 @@ SELECT expect_error($$SELECT tributary_job_create('job_docs', '{body}', parents 
 SELECT expect_error($$SELECT tributary_job_create('job_view', '{body}')$$);
 SELECT expect_error($$SELECT tributary_job_create('job_docs', '{body}', target_table => 'small', target => 'e')$$);
 SELECT expect_error($$SELECT tributary_job_pause(999)$$);
+SELECT expect_error($$SELECT tributary_job_pause(NULL)$$);
+CREATE TEMPORARY TABLE job_temp (id int PRIMARY KEY, body text, embedding vector(384));
+SELECT expect_error($$SELECT tributary_job_create('job_temp', '{body}')$$);
+SELECT expect_error($$SELECT tributary_job_create('job_docs', '{body}', target_table => 'x; DROP TABLE job_docs')$$);
 SELECT count(*) AS jobs FROM tributary.jobs;
+-- Names are unique per owner.
+SELECT tributary_job_create('job_docs', '{body}', name => 'same') AS job_same \gset
+SELECT expect_error($$SELECT tributary_job_create('job_docs', '{title}', name => 'same')$$);
+SELECT tributary_job_drop(:job_same);
 
 -- Only the table's owner makes a job on it; only the job's owner (or a member) controls it and
 -- sees it.
+-- Another role's job does not exist for a stranger (the same error as an unknown id), and the
+-- internal job functions cannot be called directly.
 CREATE ROLE job_stranger;
 SET ROLE job_stranger;
 SELECT expect_error($$SELECT tributary_job_create('job_docs', '{body}')$$);
 SELECT expect_error($$SELECT tributary_job_pause(1)$$);
 SELECT count(*) AS visible FROM tributary.jobs;
 SELECT expect_error($$SELECT count(*) FROM tributary._jobs$$);
+SELECT expect_error($$SELECT tributary._job_pause('10'::oid, '{"job": 1}')$$);
+SELECT expect_error($$SELECT tributary._run_as('10'::oid, 'SELECT 1')$$);
+SELECT expect_error($$SELECT tributary._job_call('nope', '{}')$$);
 RESET ROLE;
 DROP ROLE job_stranger;
 
