@@ -220,7 +220,7 @@ BEGIN
     -- A temporary table lives in the creating session only; a worker would find another table
     -- of the same name, or none.
     IF (SELECT relpersistence FROM pg_class WHERE oid = source) = 't' THEN
-        RAISE EXCEPTION 'jobs cannot embed temporary table %', src USING ERRCODE = 'feature_not_supported',
+        RAISE EXCEPTION 'jobs cannot embed temporary table "%"', (SELECT relname FROM pg_class WHERE oid = source) USING ERRCODE = 'feature_not_supported',
             HINT = 'Use tributary_embed_column() on temporary tables.';
     END IF;
     IF cardinality(columns) IS NULL OR cardinality(columns) = 0 THEN

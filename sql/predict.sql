@@ -100,8 +100,8 @@ $$;
 -- Numbers: weighted mean (as text in `prediction`) and `stddev` around it.
 -- `evidence`: the neighbours, nearest first: [{key, label, distance, weight}], key = primary key
 -- columns (or ctid). An HNSW index on `embedding` is used when there is one.
--- NULL query gives a row of NULLs. Errors: 22023 k < 1 or bad kind; 42703 unknown column;
--- 42804 embedding column not vector/halfvec.
+-- NULL query gives a row of NULLs. Errors: 22004 NULL tbl, label, embedding, k or kind;
+-- 22023 k outside 1..1000 or bad kind; 42703 unknown column; 42804 embedding column not vector/halfvec.
 CREATE FUNCTION tributary_predict(
     tbl regclass, label name, embedding name, query vector, k integer DEFAULT 10, kind text DEFAULT 'auto',
     OUT prediction text, OUT confidence float8, OUT stddev float8, OUT neighbours integer, OUT evidence jsonb)
@@ -112,8 +112,15 @@ DECLARE
     labels text[];
     weights float8[];
 BEGIN
-    IF k IS NULL OR k < 1 THEN
-        RAISE EXCEPTION 'k must be at least 1, not %', coalesce(k::text, 'NULL') USING ERRCODE = '22023';
+    IF tbl IS NULL OR label IS NULL OR embedding IS NULL OR k IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL',
+            CASE WHEN tbl IS NULL THEN 'tbl' WHEN label IS NULL THEN 'label' WHEN embedding IS NULL THEN 'embedding'
+                 WHEN k IS NULL THEN 'k' ELSE 'kind' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF k < 1 OR k > 1000 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000, not %', k USING ERRCODE = '22023',
+            HINT = 'k is the number of neighbours; pgvector''s index scans return at most hnsw.ef_search (at most 1000) rows.';
     END IF;
     label_kind := tributary.label_kind(tbl, label, kind);
     emb_type := tributary.embedding_type(tbl, embedding);
@@ -148,8 +155,11 @@ END $$;
 -- against always predicting the training set's majority class; numbers: mean absolute error
 -- against predicting the training mean. Rows are split by `group_by` (a column: every group is
 -- wholly in or out, so near-duplicates never cross; default the primary key), with a seeded hash:
--- the same seed gives the same split. Errors: as tributary_predict; 22023 test_fraction outside
--- (0, 1); 42703 unknown group_by column.
+-- the same seed gives the same split. NULL group_by is the default (the primary key); every other
+-- argument must not be NULL, seed included (an explicit NULL seed is an error, not seed 0: leave
+-- the argument out for the default). Errors: as tributary_predict; 22004 NULL tbl, label,
+-- embedding, k, test_fraction, kind or seed; 22023 test_fraction outside (0, 1); 42703 unknown
+-- group_by column.
 CREATE FUNCTION tributary_evaluate(
     tbl regclass, label name, embedding name, group_by name DEFAULT NULL, k integer DEFAULT 10,
     test_fraction float8 DEFAULT 0.2, kind text DEFAULT 'auto', seed integer DEFAULT 0)
@@ -160,12 +170,20 @@ DECLARE
     group_expr text;
     base text;
 BEGIN
-    IF k IS NULL OR k < 1 THEN
-        RAISE EXCEPTION 'k must be at least 1, not %', coalesce(k::text, 'NULL') USING ERRCODE = '22023';
+    IF tbl IS NULL OR label IS NULL OR embedding IS NULL OR k IS NULL OR test_fraction IS NULL OR kind IS NULL
+       OR seed IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL',
+            CASE WHEN tbl IS NULL THEN 'tbl' WHEN label IS NULL THEN 'label' WHEN embedding IS NULL THEN 'embedding'
+                 WHEN k IS NULL THEN 'k' WHEN test_fraction IS NULL THEN 'test_fraction' WHEN kind IS NULL THEN 'kind'
+                 ELSE 'seed' END
+            USING ERRCODE = '22004';
     END IF;
-    IF test_fraction IS NULL OR test_fraction <= 0 OR test_fraction >= 1 THEN
-        RAISE EXCEPTION 'test_fraction must be between 0 and 1, not %', coalesce(test_fraction::text, 'NULL')
-            USING ERRCODE = '22023';
+    IF k < 1 OR k > 1000 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000, not %', k USING ERRCODE = '22023',
+            HINT = 'k is the number of neighbours; pgvector''s index scans return at most hnsw.ef_search (at most 1000) rows.';
+    END IF;
+    IF test_fraction <= 0 OR test_fraction >= 1 THEN
+        RAISE EXCEPTION 'test_fraction must be between 0 and 1, not %', test_fraction USING ERRCODE = '22023';
     END IF;
     label_kind := tributary.label_kind(tbl, label, kind);
     PERFORM tributary.embedding_type(tbl, embedding);

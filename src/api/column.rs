@@ -39,16 +39,25 @@ fn tributary_embed_column(
     columns: Option<Vec<String>>,
     target: Option<Name>,
     model: default!(Option<&str>, "NULL"),
-    batch_size: default!(i32, 1024),
+    batch_size: default!(Option<i32>, 1024),
     exclude: default!(Option<Vec<String>>, "NULL"),
-    parents: default!(i32, 0),
-    children: default!(i32, 0),
+    parents: default!(Option<i32>, 0),
+    children: default!(Option<i32>, 0),
     time_columns: default!(Option<Vec<String>>, "NULL"),
     as_of: default!(Option<pgrx::datum::TimestampWithTimeZone>, "NULL"),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         crate::pg::error::raise(TributaryError::NullArgument("tbl, columns and target"));
     };
+    let (Some(batch_size), Some(parents), Some(children)) = (batch_size, parents, children) else {
+        crate::pg::error::raise(TributaryError::NullArgument("batch_size, parents and children"));
+    };
+    if parents < 0 || children < 0 {
+        crate::pg::error::raise(TributaryError::InvalidArgument {
+            message: format!("parents and children must be 0 or more, not {parents} and {children}"),
+            hint: None,
+        });
+    }
     let row_options = RowOptions {
         exclude: exclude.unwrap_or_default(),
         parents,
@@ -68,6 +77,9 @@ fn tributary_embed_column(
     embed_column(tbl.oid(), &columns, &target.0, model, batch_size, whole_row.then_some(row_options)).or_raise()
 }
 
+/// Most rows per batch (as for jobs' batch_size).
+const MAX_BATCH_SIZE: i32 = 100_000;
+
 fn embed_column(
     tbl: pg_sys::Oid,
     columns: &[String],
@@ -76,10 +88,10 @@ fn embed_column(
     batch_size: i32,
     row_options: Option<RowOptions>,
 ) -> Result<i64> {
-    if batch_size < 1 {
+    if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
         return Err(TributaryError::InvalidArgument {
-            message: format!("batch_size must be at least 1, not {batch_size}"),
-            hint: None,
+            message: format!("batch_size must be between 1 and {MAX_BATCH_SIZE}, not {batch_size}"),
+            hint: Some("batch_size is rows per UPDATE; batches are also cut to tributary.max_texts_per_call.".into()),
         });
     }
     if columns.is_empty() {
@@ -120,10 +132,7 @@ fn embed_column(
                 texts.push(match &row_options {
                     None => text,
                     Some(opts) => {
-                        let values = match serde_json::from_str(&text) {
-                            Ok(serde_json::Value::Object(m)) => m,
-                            _ => serde_json::Map::new(),
-                        };
+                        let values = crate::api::rows::row_values(&text)?;
                         crate::api::rows::row_text(Some(tbl), &values, opts, &model)?
                     }
                 });
@@ -179,6 +188,12 @@ impl Plan {
             .ok()
             .flatten()
             .ok_or_else(|| TributaryError::InvalidArgument { message: format!("relation with OID {} does not exist", tbl.to_u32()), hint: None })?;
+        // Rows are written back by (tableoid, ctid): ordinary and partitioned tables (with
+        // their partitions and inheritance children) only.
+        let relkind: Option<i8> = Spi::get_one_with_args("SELECT relkind FROM pg_catalog.pg_class WHERE oid = $1", &[tbl.into()]).ok().flatten();
+        if !matches!(relkind.map(|k| k as u8), Some(b'r') | Some(b'p')) {
+            return Err(TributaryError::NotATable(relname));
+        }
         for c in columns.iter().filter(|_| !whole_row) {
             attribute(tbl, &relname, c)?;
         }

@@ -4,6 +4,7 @@
 //! its declared foreign keys reach: parent rows inline, child rows summarised. Context is read
 //! with the caller's privileges through SPI, so row-level security applies, and columns the
 //! caller may not SELECT are left out: context never shows what the caller could not read.
+//! A row is never part of its own context, and each context row is shown at most once.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -89,6 +90,7 @@ struct Link {
 
 #[derive(Debug)]
 struct Table {
+    oid: pg_sys::Oid,
     /// Relation name, unqualified, for the text.
     name: String,
     /// Schema-qualified, quoted, for queries.
@@ -114,10 +116,18 @@ impl Table {
         opts.time_columns.iter().find_map(|t| self.column(t).filter(|c| c.readable))
     }
 
-    /// `SELECT <readable columns> FROM <table> WHERE <cols> = <values> [AND <time> <= as_of]` and
-    /// its arguments, or `None` if the caller may read nothing or not the key columns.
-    fn select(&self, cols: &[String], values: &[String], opts: &RowOptions) -> Option<(String, Vec<DatumWithOid<'static>>)> {
-        if !self.readable(cols) {
+    /// `SELECT <readable columns> FROM <table> WHERE <cols> = <values> [AND ROW(<not cols>) IS
+    /// DISTINCT FROM ROW(<not values>) ...] [AND <time> <= as_of]` and its arguments, or `None` if
+    /// the caller may read nothing, or not the key columns. `not`: rows to leave out, by a key
+    /// (the caller must be able to read its columns, or the query cannot leave them out).
+    fn select(
+        &self,
+        cols: &[String],
+        values: &[String],
+        not: &[(&[String], &[String])],
+        opts: &RowOptions,
+    ) -> Option<(String, Vec<DatumWithOid<'static>>)> {
+        if !self.readable(cols) || not.iter().any(|(c, _)| !self.readable(c)) {
             return None;
         }
         let list: Vec<String> = self.columns.iter().filter(|c| c.readable && !c.opaque).map(|c| quote_identifier(&c.name)).collect();
@@ -131,6 +141,16 @@ impl Table {
             let ty = &self.column(c).expect("readable checked it").sql_type;
             conds.push(format!("{} = CAST(${} AS {ty})", quote_identifier(c), args.len()));
         }
+        for (not_cols, not_values) in not {
+            let (mut lhs, mut rhs) = (Vec::new(), Vec::new());
+            for (c, v) in not_cols.iter().zip(not_values.iter()) {
+                args.push(v.clone().into());
+                let ty = &self.column(c).expect("readable checked it").sql_type;
+                lhs.push(quote_identifier(c));
+                rhs.push(format!("CAST(${} AS {ty})", args.len()));
+            }
+            conds.push(format!("ROW({}) IS DISTINCT FROM ROW({})", lhs.join(", "), rhs.join(", ")));
+        }
         if let (Some(t), Some(as_of)) = (self.time_column(opts), opts.as_of) {
             args.push(as_of.into());
             conds.push(format!("{} <= ${}", quote_identifier(&t.name), args.len()));
@@ -139,25 +159,60 @@ impl Table {
     }
 }
 
-thread_local! {
-    /// Table metadata, kept for one transaction (keyed by its start time): a bulk call reads the
-    /// catalogs once, not once per row.
-    static TABLES: RefCell<(i64, HashMap<pg_sys::Oid, Rc<Table>>)> = RefCell::new((0, HashMap::new()));
+/// Table metadata as roles see it (`readable` columns), for one transaction.
+struct TableCache {
+    /// The transaction the entries belong to (its local transaction id).
+    xact: pg_sys::LocalTransactionId,
+    /// By (table, role): a `SET ROLE` or a SECURITY DEFINER function is another role, another entry.
+    tables: HashMap<(pg_sys::Oid, pg_sys::Oid), Rc<Table>>,
 }
 
+thread_local! {
+    /// A bulk call reads the catalogs once per table, not once per row. Bounded by the tables
+    /// and roles one transaction uses; emptied when the next transaction asks. DDL and
+    /// GRANT/REVOKE within the transaction drop the tables they touch ([`invalidate_tables`]).
+    /// Backend-local, only ever touched on the backend's own thread: no lock.
+    static TABLES: RefCell<TableCache> =
+        RefCell::new(TableCache { xact: pg_sys::InvalidLocalTransactionId, tables: HashMap::new() });
+    static CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Relcache invalidation callback: drops `relid` and every table that links to it (all tables
+/// for `InvalidOid`). No borrow of `TABLES` spans a call into PostgreSQL, so it is never
+/// borrowed here; `try_borrow_mut` makes sure the callback cannot panic if it ever were.
+#[pg_guard]
+unsafe extern "C-unwind" fn invalidate_tables(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    TABLES.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            if relid == pg_sys::InvalidOid {
+                c.tables.clear();
+            } else {
+                c.tables.retain(|&(oid, _), t| oid != relid && !t.parents.iter().chain(&t.children).any(|l| l.other == relid));
+            }
+        }
+    });
+}
+
+/// Table `oid` as the current role sees it, cached for the transaction.
 fn table(oid: pg_sys::Oid) -> Result<Rc<Table>> {
-    let epoch = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() };
+    if !CALLBACK.with(|c| c.replace(true)) {
+        // SAFETY: registered once per backend; the callback only touches TABLES.
+        unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidate_tables), pg_sys::Datum::from(0)) };
+    }
+    // SAFETY: MyProc is set in every backend and background worker that runs SQL.
+    let xact = unsafe { (*pg_sys::MyProc).lxid };
+    let key = (oid, unsafe { pg_sys::GetUserId() });
     if let Some(t) = TABLES.with(|c| {
         let mut c = c.borrow_mut();
-        if c.0 != epoch {
-            *c = (epoch, HashMap::new());
+        if c.xact != xact {
+            *c = TableCache { xact, tables: HashMap::new() };
         }
-        c.1.get(&oid).cloned()
+        c.tables.get(&key).cloned()
     }) {
         return Ok(t);
     }
     let t = Rc::new(load_table(oid)?);
-    TABLES.with(|c| c.borrow_mut().1.insert(oid, t.clone()));
+    TABLES.with(|c| c.borrow_mut().tables.insert(key, t.clone()));
     Ok(t)
 }
 
@@ -171,12 +226,21 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
         let name: String = head.get(1).map_err(spi_error)?.unwrap_or_default();
         let sql_name: String = head.get(2).map_err(spi_error)?.unwrap_or_default();
         let mut columns = Vec::new();
+        // A column's type seen through domains and arrays (`u`: the type, its base types and
+        // element types): a domain over bytea or a vector[] is opaque, a timestamp[] is dates.
         for r in client
             .select(
-                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), t.typcategory = 'D', \
-                        t.typname::text IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector'), \
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), u.dates, u.opaque, \
                         has_column_privilege(a.attrelid, a.attnum, 'SELECT') \
-                 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+                 FROM pg_catalog.pg_attribute a CROSS JOIN LATERAL ( \
+                   WITH RECURSIVE u(oid) AS ( \
+                     SELECT a.atttypid \
+                     UNION SELECT x.oid FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid \
+                       CROSS JOIN LATERAL (VALUES (t.typbasetype), (CASE WHEN t.typcategory = 'A' THEN t.typelem END)) x(oid) \
+                      WHERE x.oid <> 0) \
+                   SELECT bool_or(t.typcategory = 'D') AS dates, \
+                          bool_or(t.typname::text IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector')) AS opaque \
+                     FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid) u \
                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
                 None,
                 &args,
@@ -206,7 +270,9 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
             .map_err(spi_error)?
             .unwrap_or_default();
         // Foreign keys both ways, in name order; column lists in key order.
-        let links = |sql_side: &str| -> Result<Vec<(String, pg_sys::Oid, Vec<String>, Vec<String>)>> {
+        // (constraint name, other table, this table's columns, the other table's columns)
+        type RawLinks = Vec<(String, pg_sys::Oid, Vec<String>, Vec<String>)>;
+        let links = |sql_side: &str| -> Result<RawLinks> {
             let (mine, theirs, other) = if sql_side == "parents" { ("conkey", "confkey", "confrelid") } else { ("confkey", "conkey", "conrelid") };
             let (mine_rel, theirs_rel) = if sql_side == "parents" { ("conrelid", "confrelid") } else { ("confrelid", "conrelid") };
             let sql = format!(
@@ -258,7 +324,7 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
             let label = if twice { format!("{child} ({})", other_cols.join(", ")) } else { child };
             children.push(Link { label, cols: cols.clone(), other: *other, other_cols: other_cols.clone() });
         }
-        Ok(Table { name, sql_name, columns, primary_key, key_columns, parents, children })
+        Ok(Table { oid, name, sql_name, columns, primary_key, key_columns, parents, children })
     })
 }
 
@@ -279,6 +345,15 @@ fn key_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// A row's `row_to_json` text as a map from column name to value, in column order. Values
+/// nested deeper than serde_json's 128 levels are kept as their compact JSON text
+/// ([`rowtext::parse_row_json`]), so a deep json/jsonb value never empties a row.
+///
+/// Errors: XX000 if `json` is not a JSON object (PostgreSQL's `row_to_json` always gives one).
+pub(crate) fn row_values(json: &str) -> Result<Map<String, Value>> {
+    rowtext::parse_row_json(json).ok_or_else(|| TributaryError::Internal(format!("row_to_json gave no JSON object: {:.80}", json)))
+}
+
 /// Runs `sql` and returns each row's first column parsed as a JSON object and its second as a count.
 fn json_rows(sql: &str, args: &[DatumWithOid]) -> Result<Vec<(Map<String, Value>, i64)>> {
     Spi::connect(|client| {
@@ -286,23 +361,30 @@ fn json_rows(sql: &str, args: &[DatumWithOid]) -> Result<Vec<(Map<String, Value>
         for r in client.select(sql, None, args).map_err(spi_error)? {
             let text: String = r.get(1).map_err(spi_error)?.unwrap_or_default();
             let count: i64 = r.get(2).ok().flatten().unwrap_or(1);
-            if let Ok(Value::Object(map)) = serde_json::from_str(&text) {
-                out.push((map, count));
-            }
+            out.push((row_values(&text)?, count));
         }
         Ok(out)
     })
 }
 
+/// Rows already in the text: `(table, key columns, key values)`.
+type Seen = HashSet<(pg_sys::Oid, Vec<String>, Vec<String>)>;
+
+/// Marks a row of `table` as shown, under its primary key and under every key a foreign key
+/// references (each way a link can reach it) whose values it has; false if it was shown already.
+fn mark_shown(table: &Table, values: &Map<String, Value>, seen: &mut Seen) -> bool {
+    let keys = std::iter::once(table.primary_key.as_slice()).chain(table.children.iter().map(|l| l.cols.as_slice()));
+    let ids: Vec<_> = keys
+        .filter(|c| !c.is_empty())
+        .filter_map(|cols| Some((table.oid, cols.to_vec(), cols.iter().map(|c| key_text(values.get(c))).collect::<Option<Vec<_>>>()?)))
+        .collect();
+    let new = !ids.iter().any(|id| seen.contains(id));
+    seen.extend(ids);
+    new
+}
+
 /// The row's own fields, then (levels left in `parents`) its parents, then (at the top) its children.
-fn gather(
-    table: &Table,
-    values: &Map<String, Value>,
-    opts: &RowOptions,
-    parents: i32,
-    root: bool,
-    seen: &mut HashSet<(pg_sys::Oid, Vec<String>)>,
-) -> Result<Row> {
+fn gather(table: &Table, values: &Map<String, Value>, opts: &RowOptions, parents: i32, root: bool, seen: &mut Seen) -> Result<Row> {
     let fields = table
         .columns
         .iter()
@@ -320,13 +402,20 @@ fn gather(
             let Some(key) = link.cols.iter().map(|c| key_text(values.get(c))).collect::<Option<Vec<_>>>() else {
                 continue; // a NULL foreign key reaches no row
             };
-            if !seen.insert((link.other, key.clone())) {
-                continue; // a cycle, or a row already shown
+            let reached = (link.other, link.other_cols.clone(), key);
+            if seen.contains(&reached) {
+                continue; // the row itself (a self-reference, a cycle), or a row already shown
             }
             let parent = self::table(link.other)?;
-            let Some((select, args)) = parent.select(&link.other_cols, &key, opts) else { continue };
-            let sql = format!("SELECT row_to_json(p)::text, 1::bigint FROM ({select} LIMIT 1) p");
+            let Some((select, args)) = parent.select(&link.other_cols, &reached.2, &[], opts) else { continue };
+            // `p.*`, not `p`: a column named p would be taken for the row.
+            let sql = format!("SELECT row_to_json(p.*)::text, 1::bigint FROM ({select} LIMIT 1) p");
             if let Some((map, _)) = json_rows(&sql, &args)?.into_iter().next() {
+                // Reached by another key than the one it was shown under: compare every key.
+                if !mark_shown(&parent, &map, seen) {
+                    continue;
+                }
+                seen.insert(reached);
                 let p = gather(&parent, &map, opts, parents - 1, false, seen)?;
                 row.parents.push((link.label.clone(), p));
             }
@@ -339,7 +428,19 @@ fn gather(
                 continue;
             };
             let child = self::table(link.other)?;
-            let Some((select, args)) = child.select(&link.other_cols, &key, opts) else { continue };
+            // Rows already shown (the row itself for a self-reference, parents in a cycle) are
+            // not children again: leave them out by their keys the caller can read. The row
+            // itself is known by `link.cols` (unique, its values are `key`); if those cannot be
+            // read it cannot be left out, so its own table gets no children line.
+            if child.oid == table.oid && !child.readable(&link.cols) {
+                continue;
+            }
+            let not: Vec<(&[String], &[String])> = seen
+                .iter()
+                .filter(|(oid, cols, _)| *oid == child.oid && child.readable(cols))
+                .map(|(_, cols, values)| (cols.as_slice(), values.as_slice()))
+                .collect();
+            let Some((select, args)) = child.select(&link.other_cols, &key, &not, opts) else { continue };
             let mut order: Vec<String> = Vec::new();
             if let Some(t) = child.time_column(opts) {
                 order.push(format!("c.{} DESC NULLS LAST", quote_identifier(&t.name)));
@@ -349,7 +450,7 @@ fn gather(
             }
             let order = if order.is_empty() { String::new() } else { format!(" ORDER BY {}", order.join(", ")) };
             let sql = format!(
-                "SELECT row_to_json(c)::text, count(*) OVER ()::bigint FROM ({select}) c{order} LIMIT {}",
+                "SELECT row_to_json(c.*)::text, count(*) OVER ()::bigint FROM ({select}) c{order} LIMIT {}",
                 opts.children
             );
             let found = json_rows(&sql, &args)?;
@@ -373,8 +474,11 @@ fn gather(
 /// The text of one row given as JSON (`row_to_json`) of table `oid` (`None`: an anonymous
 /// record, whose fields are taken as they come).
 ///
-/// Errors: 22023 bad options, 42703 an `include`/`exclude` name the table does not have, 42704
-/// unknown model, 58P01 missing tokenizer file.
+/// `values` should come from [`row_values`]: a table row whose map is empty (serde_json gave up
+/// on it) is an error, never an empty text.
+///
+/// Errors: 22023 bad options, or no values for a table row; 42703 an `include`/`exclude` name
+/// the table does not have; 42704 unknown model; 58P01 missing tokenizer file.
 pub(crate) fn row_text(oid: Option<pg_sys::Oid>, values: &Map<String, Value>, opts: &RowOptions, model: &ModelRow) -> Result<String> {
     opts.check()?;
     let row = match oid {
@@ -386,7 +490,14 @@ pub(crate) fn row_text(oid: Option<pg_sys::Oid>, values: &Map<String, Value>, op
                     return Err(TributaryError::UndefinedColumn { relation: table.name.clone(), column: n.clone() });
                 }
             }
-            let mut seen = HashSet::new();
+            if values.is_empty() && !table.columns.is_empty() {
+                return Err(TributaryError::InvalidArgument {
+                    message: format!("could not read the row of \"{}\"", table.name),
+                    hint: Some("A json, jsonb or composite value in it may be nested deeper than 128 levels.".into()),
+                });
+            }
+            let mut seen = Seen::new();
+            mark_shown(&table, values, &mut seen);
             gather(&table, values, opts, opts.parents, true, &mut seen)?
         }
         None => Row {
@@ -415,92 +526,107 @@ fn record_json(row: pgrx::composite_type!("record")) -> (Option<pg_sys::Oid>, Ma
         (typid, String::from_datum(json, false).unwrap_or_default())
     };
     let relid = unsafe { pg_sys::get_typ_typrelid(typid) };
-    let map = match serde_json::from_str(&json) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
-    };
-    ((relid != pg_sys::InvalidOid).then_some(relid), map)
+    ((relid != pg_sys::InvalidOid).then_some(relid), row_values(&json).or_raise())
 }
 
+/// The SQL functions' arguments as [`RowOptions`]. NULL `include`, `exclude`, `time_columns`,
+/// `as_of`, `max_tokens` mean "not given"; NULL `parents`, `children`, `keys`, `template`, or a
+/// NULL element of an array, is 22004.
 #[allow(clippy::too_many_arguments)]
 fn options(
-    include: Option<Vec<String>>,
-    exclude: Option<Vec<String>>,
-    parents: i32,
-    children: i32,
-    time_columns: Option<Vec<String>>,
+    include: Option<Vec<Option<String>>>,
+    exclude: Option<Vec<Option<String>>>,
+    parents: Option<i32>,
+    children: Option<i32>,
+    time_columns: Option<Vec<Option<String>>>,
     as_of: Option<TimestampWithTimeZone>,
-    keys: bool,
+    keys: Option<bool>,
     max_tokens: Option<i32>,
-    template: i32,
-) -> RowOptions {
-    RowOptions {
-        include,
-        exclude: exclude.unwrap_or_default(),
-        parents,
-        children,
-        time_columns: time_columns.unwrap_or_default(),
-        as_of,
-        keys,
-        max_tokens,
-        template,
+    template: Option<i32>,
+) -> Result<RowOptions> {
+    fn names(a: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option<Vec<String>>> {
+        a.map(|v| v.into_iter().collect::<Option<Vec<_>>>().ok_or(TributaryError::NullArgument(what))).transpose()
     }
+    Ok(RowOptions {
+        include: names(include, "an element of include")?,
+        exclude: names(exclude, "an element of exclude")?.unwrap_or_default(),
+        parents: parents.ok_or(TributaryError::NullArgument("parents"))?,
+        children: children.ok_or(TributaryError::NullArgument("children"))?,
+        time_columns: names(time_columns, "an element of time_columns")?.unwrap_or_default(),
+        as_of,
+        keys: keys.ok_or(TributaryError::NullArgument("keys"))?,
+        max_tokens,
+        template: template.ok_or(TributaryError::NullArgument("template"))?,
+    })
 }
 
-/// `tributary_row_text(row record [, include, exclude, parents, children, time_columns, as_of,
-/// keys, max_tokens, model, template]) → text`: the text `tributary_embed(record)` embeds for
-/// `row`. Template version 1: `table: <name>`, then `column: value` lines in column order (NULL
-/// and empty values skipped, key columns skipped unless `keys`, vector/bytea columns never),
-/// then parents' columns prefixed by their path (`album.artist.name: ...`, `parents` levels deep),
-/// then one line per child table (`invoice (3 of 7): ...`, at most `children` rows each, most
-/// recent first by the first of `time_columns` the table has). No context row after `as_of` (by
-/// that time column) is used. Values are cut to a fair share of `max_tokens` tokens (default: the
-/// model's max length). NULL row gives NULL.
+/// `tributary_row_text(row record [, include text[], exclude text[], parents int, children int,
+/// time_columns text[], as_of timestamptz, keys bool, max_tokens int, model text, template int])
+/// → text`: the text `tributary_embed(record)` embeds for `row`. Template version 1:
+/// `table: <name>`, then `column: value` lines in column order (NULL and empty values skipped,
+/// key columns skipped unless `keys`, vector/halfvec/sparsevec/bytea/tsvector columns never, also
+/// through domains and arrays), then parents' columns prefixed by their path
+/// (`album.artist.name: ...`, `parents` levels deep; the row itself and rows already shown are
+/// not repeated, so foreign-key cycles end), then one line per child table (`invoice (3 of 7):
+/// ...`, at most `children` rows each, most recent first by the first of `time_columns` the table
+/// has; never the row itself). No context row after `as_of` (by that time column) is used.
+/// Values are cut to a fair share of `max_tokens` tokens (default: the model's max length, 256
+/// for all-MiniLM-L6-v2); json values nested deeper than 128 levels are kept, compact. Context
+/// is read as the current role: row-level security and column privileges apply.
 ///
-/// Errors: 22023 bad options or unknown template version; 42703 `include`/`exclude` names a
-/// column the table does not have; 42704 unknown model.
+/// NULL `row` gives NULL (whatever the options); NULL `include`, `exclude`, `time_columns`, `as_of`, `max_tokens` are
+/// "not given", NULL `model` the default model (`tributary.model`).
+///
+/// Errors: 22004 NULL `parents`, `children`, `keys` or `template`, or a NULL element in
+/// `include`, `exclude` or `time_columns`; 22023 bad options (negative `parents`/`children`,
+/// `max_tokens` < 1) or unknown template version; 42703 `include`/`exclude` names a column the
+/// table does not have; 42704 unknown model.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(stable, parallel_unsafe)]
 fn tributary_row_text(
     row: Option<pgrx::composite_type!("record")>,
-    include: default!(Option<Vec<String>>, "NULL"),
-    exclude: default!(Option<Vec<String>>, "NULL"),
-    parents: default!(i32, 0),
-    children: default!(i32, 0),
-    time_columns: default!(Option<Vec<String>>, "NULL"),
+    include: default!(Option<Vec<Option<String>>>, "NULL"),
+    exclude: default!(Option<Vec<Option<String>>>, "NULL"),
+    parents: default!(Option<i32>, 0),
+    children: default!(Option<i32>, 0),
+    time_columns: default!(Option<Vec<Option<String>>>, "NULL"),
     as_of: default!(Option<TimestampWithTimeZone>, "NULL"),
-    keys: default!(bool, false),
+    keys: default!(Option<bool>, false),
     max_tokens: default!(Option<i32>, "NULL"),
     model: default!(Option<&str>, "NULL"),
-    template: default!(i32, 1),
+    template: default!(Option<i32>, 1),
 ) -> Option<String> {
-    let (oid, values) = record_json(row?);
-    let opts = options(include, exclude, parents, children, time_columns, as_of, keys, max_tokens, template);
+    let row = row?;
+    let opts = options(include, exclude, parents, children, time_columns, as_of, keys, max_tokens, template).or_raise();
+    let (oid, values) = record_json(row);
     let model = catalog::model(model).or_raise();
     Some(row_text(oid, &values, &opts, &model).or_raise())
 }
 
-/// `tributary_embed(row record [, model, include, exclude, parents, children, time_columns,
-/// as_of, keys, template]) → vector`: the embedding (`[dim]` f32, unit L2 norm) of
-/// `tributary_row_text(row, ...)` with the same options. NULL row gives NULL.
+/// `tributary_embed(row record [, model text, include text[], exclude text[], parents int,
+/// children int, time_columns text[], as_of timestamptz, keys bool, template int]) → vector`: the
+/// embedding (`[dim]` f32, unit L2 norm; dim 384 for all-MiniLM-L6-v2) of
+/// `tributary_row_text(row, ...)` with the same options. NULL row gives NULL; NULL options as in
+/// `tributary_row_text`.
 ///
-/// Errors: as `tributary_row_text` and `tributary_embed(text)`.
+/// Errors: as `tributary_row_text` (22004, 22023, 42703, 42704) and `tributary_embed(text)`.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "tributary_embed", stable, parallel_unsafe)]
 fn tributary_embed_row(
     row: Option<pgrx::composite_type!("record")>,
     model: default!(Option<&str>, "NULL"),
-    include: default!(Option<Vec<String>>, "NULL"),
-    exclude: default!(Option<Vec<String>>, "NULL"),
-    parents: default!(i32, 0),
-    children: default!(i32, 0),
-    time_columns: default!(Option<Vec<String>>, "NULL"),
+    include: default!(Option<Vec<Option<String>>>, "NULL"),
+    exclude: default!(Option<Vec<Option<String>>>, "NULL"),
+    parents: default!(Option<i32>, 0),
+    children: default!(Option<i32>, 0),
+    time_columns: default!(Option<Vec<Option<String>>>, "NULL"),
     as_of: default!(Option<TimestampWithTimeZone>, "NULL"),
-    keys: default!(bool, false),
-    template: default!(i32, 1),
+    keys: default!(Option<bool>, false),
+    template: default!(Option<i32>, 1),
 ) -> Option<Vector> {
-    let (oid, values) = record_json(row?);
-    let opts = options(include, exclude, parents, children, time_columns, as_of, keys, None, template);
+    let row = row?;
+    let opts = options(include, exclude, parents, children, time_columns, as_of, keys, None, template).or_raise();
+    let (oid, values) = record_json(row);
     let model = catalog::model(model).or_raise();
     let text = row_text(oid, &values, &opts, &model).or_raise();
     Some(crate::api::embed::embed_one(&model, &text).or_raise())

@@ -29,7 +29,7 @@
 //! are cut to the same length, so one long column cannot push the others out. A cut value ends
 //! in `…`.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::error::Result;
 use super::tokenize::TextTokenizer;
@@ -101,6 +101,119 @@ impl Layout {
         }
         out
     }
+}
+
+/// A row's JSON object (PostgreSQL's `row_to_json`, keys in column order) as a map from column
+/// name to value. The object is split at its top level without recursion and each value parsed
+/// on its own, so a value nested deeper than serde_json's recursion limit (128 levels: a json or
+/// jsonb column, a composite) is kept, as its compact JSON text in a [`Value::String`], instead
+/// of failing the whole row. `None` if `text` is not a JSON object.
+pub fn parse_row_json(text: &str) -> Option<Map<String, Value>> {
+    let b = text.as_bytes();
+    let ws = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut map = Map::new();
+    let mut i = ws(0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = ws(i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (ws(i + 1) == b.len()).then_some(map);
+    }
+    loop {
+        let key_end = string_end(b, i)?;
+        let key: String = serde_json::from_str(&text[i..key_end]).ok()?;
+        i = ws(key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = ws(i + 1);
+        let end = value_end(b, start)?;
+        let raw = text[start..end].trim_end();
+        if raw.is_empty() {
+            return None;
+        }
+        let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(compact_json(raw)));
+        map.insert(key, value);
+        i = ws(end);
+        match b.get(i) {
+            Some(b',') => i = ws(i + 1),
+            Some(b'}') => return (ws(i + 1) == b.len()).then_some(map),
+            _ => return None,
+        }
+    }
+}
+
+/// The byte after the JSON string that starts at `b[i]` (a `"`).
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    while j < b.len() {
+        match b[j] {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// The end of the JSON value that starts at `b[i]`: the first `,`, `}` or `]` outside strings
+/// that closes no bracket opened inside the value. Open brackets are a stack, not recursion.
+fn value_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut open = Vec::new();
+    let mut j = i;
+    while j < b.len() {
+        match b[j] {
+            b'"' => {
+                j = string_end(b, j)?;
+                continue;
+            }
+            b'{' => open.push(b'}'),
+            b'[' => open.push(b']'),
+            c @ (b'}' | b']') => match open.pop() {
+                None => return Some(j),
+                Some(close) if close != c => return None,
+                Some(_) => {}
+            },
+            b',' if open.is_empty() => return Some(j),
+            _ => {}
+        }
+        j += 1;
+    }
+    open.is_empty().then_some(j)
+}
+
+/// `raw` JSON without the whitespace outside its strings, as serde_json writes it compactly.
+fn compact_json(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in raw.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_whitespace() {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Formats one JSON value for the text; `None` for NULL, `""`, `[]` and `{}` (left out).
@@ -356,6 +469,25 @@ mod tests {
         assert_eq!(format_value(&json!("2000-02-29T23:00:00-01"), true).as_deref(), Some("2000-03-01 00:00:00 UTC"));
         assert_eq!(format_value(&json!("10:30:00-08"), true).as_deref(), Some("10:30:00-08"));
         assert_eq!(format_value(&json!({"a": 1}), false).as_deref(), Some(r#"{"a":1}"#));
+    }
+
+    #[test]
+    fn row_json_keeps_values_deeper_than_the_recursion_limit() {
+        let deep = format!("{}1,2{}", "[".repeat(200), "]".repeat(200));
+        let text = format!(r#"{{"id":1,"doc" : {} , "s":"a,}}\"]","t":{{"k": [1, {{"x": null}}]}},"n":null}}"#, deep.replace(',', ", "));
+        let map = parse_row_json(&text).expect("an object");
+        assert_eq!(map.keys().collect::<Vec<_>>(), ["id", "doc", "s", "t", "n"]);
+        assert_eq!(map["id"], json!(1));
+        assert_eq!(map["doc"], json!(deep));
+        assert_eq!(map["s"], json!("a,}\"]"));
+        assert_eq!(map["t"], json!({"k": [1, {"x": null}]}));
+        assert_eq!(map["n"], json!(null));
+        let spaced = format!("{{\"doc\": {}}}", "{\"a\": ".repeat(150) + "\"x y\"" + &"}".repeat(150));
+        assert_eq!(parse_row_json(&spaced).unwrap()["doc"], json!("{\"a\":".repeat(150) + "\"x y\"" + &"}".repeat(150)));
+        assert_eq!(parse_row_json("{}"), Some(Map::new()));
+        for bad in ["", "[1]", "{\"a\":}", "{\"a\":1", "{\"a\":1} x", "{\"a\" 1}", "{\"a\":[1}}", "{\"a\":\"x}"] {
+            assert_eq!(parse_row_json(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub enum TributaryError {
     #[error("{0}")]
     Privilege(String),
 
+    /// 42809
+    #[error("\"{0}\" is not a table")]
+    NotATable(String),
+
     /// 54000: more texts in one call than `tributary.max_texts_per_call`.
     #[error("too many texts in one call: {count}")]
     TooManyTexts { count: usize, limit: usize },
@@ -142,6 +146,11 @@ impl From<TributaryError> for ErrorReport {
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
                 Some(format!("tributary.max_texts_per_call is {limit}.")),
                 Some("Embed in chunks of fewer texts, or embed a whole table with tributary_embed_column() or a job."),
+            ),
+            T::NotATable(_) => report(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                None,
+                Some("tributary_embed_column writes ordinary and partitioned tables; embed a view's base table."),
             ),
             T::ArrayShape(_) => report(PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR, None, Some("Pass a one-dimensional text[].")),
             T::Internal(_) => report(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, None, None),

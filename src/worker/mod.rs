@@ -220,7 +220,10 @@ fn _job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
         "resume" => "_job_resume",
         "cancel" => "_job_cancel",
         "drop" => "_job_drop",
-        _ => pgrx::error!("unknown job operation \"{op}\""),
+        _ => crate::pg::error::raise(crate::pg::error::TributaryError::InvalidArgument {
+            message: format!("unknown job operation \"{op}\""),
+            hint: Some("Call tributary_job_create, _pause, _resume, _cancel or _drop.".into()),
+        }),
     };
     // SAFETY: plain reads of the session's user state.
     let caller = unsafe {
@@ -1056,10 +1059,7 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
         for (key, text, guard) in rows {
             let text = match (&job.row_options, text) {
                 (Some(opts), Some(json)) => {
-                    let values = match serde_json::from_str(&json) {
-                        Ok(Value::Object(m)) => m,
-                        _ => serde_json::Map::new(),
-                    };
+                    let values = crate::api::rows::row_values(&json).or_raise();
                     Some(crate::api::rows::row_text(Some(job.source), &values, opts, &model).or_raise())
                 }
                 (_, t) => t,

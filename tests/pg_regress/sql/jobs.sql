@@ -71,8 +71,7 @@ SELECT expect_error($$SELECT tributary_job_create('job_docs', '{title}', name =>
 SELECT tributary_job_drop(:job_same);
 
 -- Only the table's owner makes a job on it; only the job's owner (or a member) controls it and
--- sees it.
--- Another role's job does not exist for a stranger (the same error as an unknown id), and the
+-- sees it: another role's job does not exist for a stranger (the same error as an unknown id), and the
 -- internal job functions cannot be called directly.
 CREATE ROLE job_stranger;
 SET ROLE job_stranger;
