@@ -772,9 +772,11 @@ mod real_model_tests {
         // tokenized on the producer thread while the previous one runs.
         let windows = batch::windows(&refs.iter().map(|t| t.len()).collect::<Vec<_>>(), 256, 256 * WINDOW_BATCHES);
         assert!(windows.len() > 10, "{} windows", windows.len());
-        let mut runs = 0;
-        let piped = e.embed(&refs, 256, &mut || runs += 1).unwrap();
-        assert_eq!(runs, piped.batches);
+        let mut calls = 0;
+        let piped = e.embed(&refs, 256, &mut || calls += 1).unwrap();
+        // The callback runs before every ORT run and once while each window's batches are
+        // planned (every window here holds fewer than 1,024 texts).
+        assert_eq!(calls, piped.batches + windows.len());
         // One window, cut by padding against run cost only: another batching of the same texts.
         let whole = e.embed(&refs, 1 << 22, &mut || {}).unwrap();
         assert!(whole.batches < piped.batches, "{} vs {}", whole.batches, piped.batches);
@@ -837,13 +839,15 @@ mod real_model_tests {
         let whole = e.embed(&texts, 1 << 20, &mut || calls += 1).unwrap();
         // The 256-token row runs alone; the four short ones share a run (padding them to 256
         // tokens would cost more than a second run).
-        assert_eq!(calls, 2, "runs when everything fits the budget");
+        assert_eq!(whole.batches, 2, "runs when everything fits the budget");
+        assert_eq!(calls, 3, "before each run, and once while planning the one window");
         assert!(whole.padded_tokens > whole.tokens, "the short rows share a padded run");
         assert_eq!((whole.rows(), whole.dimension), (5, 384));
         assert_eq!(whole.tokens, whole.padded_tokens.min(whole.tokens));
         let mut calls = 0;
         let small = e.embed(&texts, 1, &mut || calls += 1).unwrap();
-        assert_eq!(calls, 5, "a budget below every row runs each row alone");
+        assert_eq!(small.batches, 5, "a budget below every row runs each row alone");
+        assert!(calls > small.batches, "before each run and while planning: {calls}");
         assert_eq!(small.padded_tokens, small.tokens, "no padding when rows run alone");
         for i in 0..texts.len() {
             let one = e.embed(&texts[i..=i], 1 << 20, &mut || {}).unwrap();

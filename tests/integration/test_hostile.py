@@ -15,6 +15,8 @@ import time
 import psycopg
 import pytest
 
+from jobwait import wait_until
+
 DIM = 384  # all-MiniLM-L6-v2
 # Runs for minutes on 2 vCPUs (5,000 texts of 256 tokens); 18 MB of text in all.
 LONG_CALL = "SELECT tributary_embed(array_agg(repeat('lorem ipsum ' || g || ' ', 200))) FROM generate_series(1, 5000) g"
@@ -124,14 +126,7 @@ def job(cluster, job_id):
 
 
 def wait_job(cluster, job_id, predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        j = job(cluster, job_id)
-        if predicate(j):
-            return j
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id}: {what} not reached in {timeout} s: {j}")
-        time.sleep(0.2)
+    return wait_until(lambda i: job(cluster, i), job_id, predicate, timeout, what, every=0.2)
 
 
 # ---------------------------------------------------------------------------------------------
