@@ -83,10 +83,6 @@
 //! `TRIBUTARY_BENCH_ROWS=64` roughly halves the first two groups, 512 (the size the issue had in
 //! mind) makes them about 4x longer.
 
-#[path = "../../../src/engine/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod engine;
-
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -94,7 +90,7 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
-use engine::{Embedder, EmbedderConfig, ProviderChoice};
+use tributary_engine::{self as engine, Embedder, EmbedderConfig, ProviderChoice};
 
 /// The default chunk size (`tributary.max_batch_tokens`), in padded tokens per ORT run.
 const DEFAULT_CHUNK: usize = 2048;

@@ -34,16 +34,12 @@
 //! The model directory is what `ort/scripts/export_model.py` writes: `tributary.json` (read for
 //! `dimension`, `max_length` and `files.fp32` / `files.fp16` / `files.tokenizer`) and those files.
 
-#[path = "../../../src/engine/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod engine;
-
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use engine::{Embedder, EmbedderConfig, Embeddings, ProviderChoice};
+use tributary_engine::{self as engine, Embedder, EmbedderConfig, Embeddings, ProviderChoice};
 
 /// What the benchmark needs from a model directory's `tributary.json`.
 struct ModelInfo {

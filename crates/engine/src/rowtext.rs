@@ -523,7 +523,7 @@ mod tests {
     /// short ones stay whole, the labels stay, and the text fits the budget.
     #[test]
     fn long_values_are_cut_fairly() {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2/tokenizer.json");
+        let file = crate::model::repo_root().join("ort/models/all-MiniLM-L6-v2/tokenizer.json");
         let tok = TextTokenizer::from_file(&file, 256).expect("the default model is prepared by scripts/setup.sh");
         let long = "word ".repeat(1000);
         let row = Row {

@@ -707,14 +707,29 @@ mod tests {
     }
 }
 
+/// The checkout this crate is in (crates/engine/../..), where scripts/setup.sh puts the ONNX
+/// Runtime library (ort/lib) and the default model (ort/models) that tests use.
+#[cfg(test)]
+pub(crate) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// Engine tests on the real ONNX Runtime library and the real default model, as prepared by
 /// scripts/setup.sh in this checkout (ort/lib, ort/models).
 #[cfg(test)]
 mod real_model_tests {
     use super::*;
 
+    fn model_dir() -> PathBuf {
+        repo_root().join("ort/models/all-MiniLM-L6-v2")
+    }
+
+    fn library() -> PathBuf {
+        repo_root().join("ort/lib/libonnxruntime.so.1.31.1")
+    }
+
     fn config(max_length: usize) -> EmbedderConfig {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2");
+        let dir = model_dir();
         let mut c = EmbedderConfig::new(dir.join("model.onnx"), dir.join("tokenizer.json"), max_length, 384);
         c.provider = ProviderChoice::Cpu;
         c.intra_op_threads = 1;
@@ -722,8 +737,7 @@ mod real_model_tests {
     }
 
     fn rt() -> &'static Runtime {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).expect("run scripts/setup.sh first")
+        runtime(&library()).expect("run scripts/setup.sh first")
     }
 
     fn embedder(max_length: usize) -> Embedder {
@@ -789,7 +803,7 @@ mod real_model_tests {
 
     #[test]
     fn fp16_graph_returns_f16_close_to_fp32() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2");
+        let dir = model_dir();
         let mut cfg = config(256);
         cfg.model_file = dir.join("model_fp16.onnx");
         let mut half = Embedder::new(rt(), cfg).unwrap();
@@ -864,10 +878,8 @@ mod real_model_tests {
 
     #[test]
     fn missing_model_file_is_a_model_file_error() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let rt = runtime(&root.join("ort/lib/libonnxruntime.so.1.31.1")).unwrap();
-        let mut cfg = EmbedderConfig::new("/nonexistent/model.onnx".into(), root.join("ort/models/all-MiniLM-L6-v2/tokenizer.json"), 8, 384);
+        let mut cfg = EmbedderConfig::new("/nonexistent/model.onnx".into(), model_dir().join("tokenizer.json"), 8, 384);
         cfg.provider = ProviderChoice::Cpu;
-        assert!(matches!(Embedder::new(rt, cfg), Err(Error::ModelFile { .. })));
+        assert!(matches!(Embedder::new(rt(), cfg), Err(Error::ModelFile { .. })));
     }
 }

@@ -1,5 +1,5 @@
-//! The engine's one error type. `crate::pg::error` maps it once to a PostgreSQL `ErrorReport`
-//! with a SQLSTATE, DETAIL and HINT; nothing in `engine/` knows about PostgreSQL.
+//! The engine's one error type. The extension's `pg::error` maps it once to a PostgreSQL
+//! `ErrorReport` with a SQLSTATE, DETAIL and HINT; nothing in this crate knows about PostgreSQL.
 
 use std::path::PathBuf;
 
