@@ -85,11 +85,6 @@ impl Bound {
         }
     }
 
-    /// Host capacity in tokens per input.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// `fill(ids, mask)` writes one `[rows, seq]` batch, row-major, into the host buffers; then the
     /// batch is bound and run, and the outputs (on the host) are returned.
     pub fn run<'s>(

@@ -101,11 +101,6 @@ impl TextTokenizer {
     pub fn pad_id(&self) -> i32 {
         self.pad_id
     }
-
-    /// Truncation length in tokens.
-    pub fn max_length(&self) -> usize {
-        self.max_length
-    }
 }
 
 #[cfg(test)]
