@@ -7,7 +7,7 @@ use pgrx::prelude::*;
 
 use super::error::{Result, TributaryError};
 use super::{gpu, gucs};
-use crate::engine::{self, Embedder, EmbedderConfig, ProviderChoice};
+use crate::engine::{self, Embedder, EmbedderConfig, Manifest, ProviderChoice};
 
 /// One row of `tributary.models`.
 #[derive(Debug, Clone)]
@@ -53,14 +53,14 @@ impl ModelRow {
     }
 
     /// The model's fp16 graph (`files.fp16` of its tributary.json) when this row is an fp32 graph
-    /// and that file exists; the GPU runs it instead when `tributary.gpu_fp16` is on.
+    /// and that file exists; the GPU runs it instead when `tributary.gpu_fp16` is on. `None` too
+    /// when tributary.json cannot be read now (the row was registered from a readable one).
     pub fn fp16_file(&self) -> Option<PathBuf> {
         if self.precision != "fp32" {
             return None;
         }
         let dir = self.dir();
-        let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tributary.json")).ok()?).ok()?;
-        let file = dir.join(meta.get("files")?.get("fp16")?.as_str()?);
+        let file = dir.join(Manifest::from_dir(&dir).ok()?.graph("fp16")?);
         file.is_file().then_some(file)
     }
 }

@@ -1,5 +1,6 @@
-//! The engine's one error type. The extension's `pg::error` maps it once to a PostgreSQL
+//! The engine's error type. The extension's `pg::error` maps it once to a PostgreSQL
 //! `ErrorReport` with a SQLSTATE, DETAIL and HINT; nothing in this crate knows about PostgreSQL.
+//! (Reading a model directory's `tributary.json` has its own [`crate::ManifestError`].)
 
 use std::path::PathBuf;
 

@@ -1,10 +1,10 @@
-//! Criterion benchmark of tributary's inference engine (`src/engine`, included by path, no
+//! Criterion benchmark of tributary's inference engine (the `tributary-engine` crate, no
 //! PostgreSQL): rows/s and tokens/s of `Embedder::embed` over real, mixed-length Debian package
 //! descriptions, swept over the engine's chunk size, the input length and the texts per call.
 //!
 //! ```text
-//! cargo bench --manifest-path tools/bench/Cargo.toml --bench engine            # all groups
-//! cargo bench --manifest-path tools/bench/Cargo.toml --bench engine -- chunk_size   # one group
+//! cargo bench -p tributary-bench --bench engine                  # all groups
+//! cargo bench -p tributary-bench --bench engine -- chunk_size    # one group
 //! ```
 //!
 //! # Inputs
@@ -12,21 +12,21 @@
 //! * `TRIBUTARY_ORT`: the ONNX Runtime shared library (default `ort/lib/libonnxruntime.so.1.31.1`
 //!   in the repository).
 //! * `TRIBUTARY_MODEL_DIR`: a model directory with `tributary.json` (its `files.fp32`,
-//!   `files.tokenizer`, `dimension` and `max_length` are used; default
-//!   `ort/models/all-MiniLM-L6-v2`).
+//!   `files.tokenizer` or `tokenizer.json`, `dimension` and `max_length` are used, read as the
+//!   extension reads them; default `ort/models/all-MiniLM-L6-v2`).
 //! * `TRIBUTARY_TEXTS`: real texts, one per line, a newline inside a text written as the two
-//!   characters `\n` (default `tools/bench/target/debian_texts.txt`). Made once, in about 5 s,
+//!   characters `\n` (default `target/debian_texts.txt`). Made once, in about 5 s,
 //!   from the apt lists `scripts/debian_data.py` caches (see /work/shared/DATA.md), by this step,
 //!   run from the repository root (1024 descriptions, a deterministic sample by name hash, in
 //!   package-name order; 424 characters on average, median 357, longest 5109):
 //!
 //!   ```text
-//!   mkdir -p tools/bench/target && python3 -c '
+//!   mkdir -p target && python3 -c '
 //!   import sys; sys.path.insert(0, "scripts"); import debian_data as d
 //!   p, _ = d.load_index(d.CACHE)
 //!   with open(sys.argv[1], "w") as f:
 //!       for n in sorted(d.sample(p, 1024)): f.write(p[n][5].replace("\n", "\\n") + "\n")
-//!   ' tools/bench/target/debian_texts.txt
+//!   ' target/debian_texts.txt
 //!   ```
 //! * `TRIBUTARY_BENCH_ROWS`: rows embedded per timed iteration (default 128: the first 128 texts
 //!   of the file), see "Run time" below.
@@ -67,7 +67,7 @@
 //! runs). tokens/s = tokens / (criterion's mean time per iteration). At the end a table of rows/s
 //! and tokens/s per point is printed from criterion's `new/estimates.json` (mean).
 //! `<criterion dir>` is criterion's: `$CRITERION_HOME`, else `$CARGO_TARGET_DIR/criterion`, else
-//! `tools/bench/target/criterion`.
+//! `target/criterion` in the repository (the workspace's target directory).
 //!
 //! # Run time
 //!
@@ -90,7 +90,7 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
-use tributary_engine::{self as engine, Embedder, EmbedderConfig, ProviderChoice};
+use tributary_engine::{self as engine, Embedder, EmbedderConfig, Manifest, ProviderChoice};
 
 /// The default chunk size (`tributary.max_batch_tokens`), in padded tokens per ORT run.
 const DEFAULT_CHUNK: usize = 2048;
@@ -135,7 +135,7 @@ impl Bench {
     fn load() -> Bench {
         let ort_lib = env_path("TRIBUTARY_ORT", "ort/lib/libonnxruntime.so.1.31.1");
         let model_dir = env_path("TRIBUTARY_MODEL_DIR", "ort/models/all-MiniLM-L6-v2");
-        let texts_file = env_path("TRIBUTARY_TEXTS", "tools/bench/target/debian_texts.txt");
+        let texts_file = env_path("TRIBUTARY_TEXTS", "target/debian_texts.txt");
         let rows: usize = std::env::var("TRIBUTARY_BENCH_ROWS")
             .map(|v| v.parse().unwrap_or_else(|_| die("TRIBUTARY_BENCH_ROWS: not a number")))
             .unwrap_or(128);
@@ -156,14 +156,9 @@ impl Bench {
             die(&format!("{} has {} texts; the benchmark needs at least {need}", texts_file.display(), texts.len()));
         }
 
-        let meta_file = model_dir.join("tributary.json");
-        let meta: serde_json::Value = std::fs::read_to_string(&meta_file)
-            .map_err(|e| e.to_string())
-            .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
-            .unwrap_or_else(|e| die(&format!("{}: {e} (set TRIBUTARY_MODEL_DIR to a model directory)", meta_file.display())));
-        let num = |k: &str| meta[k].as_u64().unwrap_or_else(|| die(&format!("{}: no number \"{k}\"", meta_file.display()))) as usize;
-        let file = |k: &str| model_dir.join(meta["files"][k].as_str().unwrap_or_else(|| die(&format!("{}: no files.{k}", meta_file.display()))));
-        let mut config = EmbedderConfig::new(file("fp32"), file("tokenizer"), num("max_length"), num("dimension"));
+        let meta = Manifest::from_dir(&model_dir).unwrap_or_else(|e| die(&format!("{e} (set TRIBUTARY_MODEL_DIR to a model directory)")));
+        let fp32 = meta.graph("fp32").unwrap_or_else(|| die(&format!("{}: no fp32 graph in tributary.json", model_dir.display())));
+        let mut config = EmbedderConfig::new(model_dir.join(fp32), model_dir.join(meta.tokenizer()), meta.max_length, meta.dimension);
         config.provider = match std::env::var("TRIBUTARY_PROVIDER").as_deref().unwrap_or("cpu") {
             "cpu" => ProviderChoice::Cpu,
             "cuda" => ProviderChoice::Cuda,
@@ -300,14 +295,15 @@ fn batch_rows(c: &mut Criterion, b: &mut Bench) {
 }
 
 /// Criterion's output directory, found the way criterion finds it (without `cargo metadata`:
-/// this workspace's target directory is `tools/bench/target` unless `CARGO_TARGET_DIR` moves it).
+/// the workspace's target directory is the repository's `target/` unless `CARGO_TARGET_DIR`
+/// moves it).
 fn criterion_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CRITERION_HOME") {
         PathBuf::from(home)
     } else if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
         PathBuf::from(target).join("criterion")
     } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/criterion")
+        repo().join("target/criterion")
     }
 }
 

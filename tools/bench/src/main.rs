@@ -1,5 +1,5 @@
 //! Engine-only measurements of tributary's inference engine, outside PostgreSQL: the same code as
-//! the extension (`src/engine`, included by path), driven from a command line.
+//! the extension (the `tributary-engine` crate, crates/engine), driven from a command line.
 //!
 //! ```text
 //! tributary-bench check --ort LIB --model-dir DIR --texts FILE [--rows N] [--provider cuda]
@@ -31,17 +31,19 @@
 //! Every call's first output row is checked to be a unit vector, so a run that silently returns
 //! zeros is an error rather than a fast number.
 //!
-//! The model directory is what `ort/scripts/export_model.py` writes: `tributary.json` (read for
-//! `dimension`, `max_length` and `files.fp32` / `files.fp16` / `files.tokenizer`) and those files.
+//! The model directory is what `ort/scripts/export_model.py` writes: `tributary.json` (read as the
+//! extension reads it, [`tributary_engine::Manifest`]: `dimension`, `max_length`, the graphs
+//! `files.fp32` / `files.fp16` / `files.int8` and `files.tokenizer`, `tokenizer.json` when absent)
+//! and those files.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tributary_engine::{self as engine, Embedder, EmbedderConfig, Embeddings, ProviderChoice};
+use tributary_engine::{self as engine, Embedder, EmbedderConfig, Embeddings, Manifest, ProviderChoice};
 
-/// What the benchmark needs from a model directory's `tributary.json`.
+/// What the benchmark needs from a model directory's `tributary.json`, as paths.
 struct ModelInfo {
     /// Embedding dimension (`[rows, dimension]` output).
     dimension: usize,
@@ -55,23 +57,17 @@ struct ModelInfo {
     tokenizer: PathBuf,
 }
 
+/// Reads `dir/tributary.json`; no fp32 graph is an error, as `tributary_register_model()` makes it.
 fn read_model_info(dir: &Path) -> ModelInfo {
-    let path = dir.join("tributary.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
-    let meta: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
-    let count = |name: &str| -> usize {
-        meta.get(name)
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or_else(|| die(&format!("{}: no positive integer \"{name}\"", path.display()))) as usize
-    };
-    let file = |key: &str| meta.get("files").and_then(|f| f.get(key)).and_then(serde_json::Value::as_str).map(|f| dir.join(f));
+    let meta = Manifest::from_dir(dir).unwrap_or_else(|e| die(&e.to_string()));
+    let graph = |precision: &str| meta.graph(precision).map(|f| dir.join(f));
     ModelInfo {
-        dimension: count("dimension"),
-        max_length: count("max_length"),
-        fp32: file("fp32").unwrap_or_else(|| dir.join("model.onnx")),
-        fp16: file("fp16"),
-        int8: file("int8"),
-        tokenizer: file("tokenizer").unwrap_or_else(|| dir.join("tokenizer.json")),
+        dimension: meta.dimension,
+        max_length: meta.max_length,
+        fp32: graph("fp32").unwrap_or_else(|| die(&format!("{}: no fp32 graph in tributary.json", dir.display()))),
+        fp16: graph("fp16"),
+        int8: graph("int8"),
+        tokenizer: dir.join(meta.tokenizer()),
     }
 }
 
