@@ -256,7 +256,8 @@ fn format_timestamp(s: &str) -> String {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.ffffff]±HH[:MM[:SS]]` as `YYYY-MM-DD HH:MM:SS[.ffffff] UTC`.
+/// `YYYY-MM-DDTHH:MM:SS[.ffffff]±HH[:MM[:SS]]` as `YYYY-MM-DD HH:MM:SS[.ffffff] UTC`; `None` when
+/// `s` is not such a timestamp (the fraction is kept as written).
 fn to_utc(s: &str) -> Option<String> {
     let (date, time) = s.split_once('T')?;
     let sign_at = time.rfind(['+', '-'])?;
@@ -270,35 +271,23 @@ fn to_utc(s: &str) -> Option<String> {
     let sign = if offset.starts_with('-') { -1 } else { 1 };
     let mut o = offset[1..].splitn(3, ':');
     let off = num(o.next()?)? * 3600 + o.next().map_or(Some(0), num)? * 60 + o.next().map_or(Some(0), num)?;
-    let secs = days_from_civil(y, m, day) * 86400 + hh * 3600 + mi * 60 + ss - sign * off;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let (y, m, d) = civil_from_days(days);
+    // jiff's dates end at year 9999 and PostgreSQL's at 294276: the Gregorian calendar repeats
+    // every 400 years (146,097 days), so the date is moved to the same place in the cycle starting
+    // at 2000, converted there, and moved back.
+    let shift = y - (2000 + y.rem_euclid(400));
+    let small = |v: i64| i8::try_from(v).ok();
+    let local = jiff::civil::DateTime::new(i16::try_from(y - shift).ok()?, small(m)?, small(day)?, small(hh)?, small(mi)?, small(ss)?, 0).ok()?;
+    let utc = local.checked_sub(jiff::SignedDuration::from_secs(sign * off)).ok()?;
     let frac = if frac.is_empty() { String::new() } else { format!(".{frac}") };
-    Some(format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}{frac} UTC", rem / 3600, rem % 3600 / 60, rem % 60))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant, "chrono-Compatible Low-Level
-/// Date Algorithms", 2013, `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
-/// The inverse of [`days_from_civil`] (same source, `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    Some(format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}{frac} UTC",
+        shift.checked_add(i64::from(utc.year()))?,
+        utc.month(),
+        utc.day(),
+        utc.hour(),
+        utc.minute(),
+        utc.second()
+    ))
 }
 
 /// `name: value` pairs of `fields` with `between` between them; false if none had a value.
@@ -467,6 +456,10 @@ mod tests {
         assert_eq!(format_value(&json!("2024-03-01T10:00:00+00:00"), true).as_deref(), Some("2024-03-01 10:00:00 UTC"));
         assert_eq!(format_value(&json!("2024-01-01T01:30:00.25+05:30"), true).as_deref(), Some("2023-12-31 20:00:00.25 UTC"));
         assert_eq!(format_value(&json!("2000-02-29T23:00:00-01"), true).as_deref(), Some("2000-03-01 00:00:00 UTC"));
+        // Local mean time offsets have seconds; PostgreSQL's timestamps reach the year 294276.
+        assert_eq!(format_value(&json!("1900-01-01T00:00:00+00:19:32"), true).as_deref(), Some("1899-12-31 23:40:28 UTC"));
+        assert_eq!(format_value(&json!("294276-12-31T15:59:59-08:00"), true).as_deref(), Some("294276-12-31 23:59:59 UTC"));
+        assert_eq!(format_value(&json!("0044-03-15T00:00:00+00:00 BC"), true).as_deref(), Some("0044-03-15 00:00:00+00:00 BC"));
         assert_eq!(format_value(&json!("10:30:00-08"), true).as_deref(), Some("10:30:00-08"));
         assert_eq!(format_value(&json!({"a": 1}), false).as_deref(), Some(r#"{"a":1}"#));
     }
