@@ -58,7 +58,7 @@ fn register(name: &str, path: &str, precision: &str) -> Result<()> {
             meta.sha256(onnx).into(),
         ],
     )
-    .unwrap_or_else(|e| pgrx::error!("registering model failed: {e}"));
+    .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
     Ok(())
 }
 
