@@ -26,18 +26,33 @@ fn tributary_register_model(name: &str, path: &str, precision: default!(&str, "'
 
 fn register(name: &str, path: &str, precision: &str) -> Result<()> {
     if !unsafe { pg_sys::superuser() } {
-        return Err(TributaryError::Privilege("permission denied to register a model".into()));
+        return Err(TributaryError::Privilege(
+            "permission denied to register a model".into(),
+        ));
     }
-    let dir = if Path::new(path).is_absolute() { Path::new(path).to_owned() } else { gucs::model_path().join(path) };
+    let dir = if Path::new(path).is_absolute() {
+        Path::new(path).to_owned()
+    } else {
+        gucs::model_path().join(path)
+    };
     let meta = Manifest::from_dir(&dir).map_err(metadata_error)?;
-    let onnx = meta.graph(precision).ok_or_else(|| TributaryError::InvalidArgument {
-        message: format!("model in \"{}\" has no {precision} graph", dir.display()),
-        hint: Some(format!("Its tributary.json lists: {}.", meta.graphs().join(", "))),
-    })?;
+    let onnx = meta
+        .graph(precision)
+        .ok_or_else(|| TributaryError::InvalidArgument {
+            message: format!("model in \"{}\" has no {precision} graph", dir.display()),
+            hint: Some(format!(
+                "Its tributary.json lists: {}.",
+                meta.graphs().join(", ")
+            )),
+        })?;
     let tokenizer = meta.tokenizer();
     for f in [onnx, tokenizer] {
         if !dir.join(f).is_file() {
-            return Err(crate::engine::Error::ModelFile { path: dir.join(f), reason: "no such file".into() }.into());
+            return Err(crate::engine::Error::ModelFile {
+                path: dir.join(f),
+                reason: "no such file".into(),
+            }
+            .into());
         }
     }
     Spi::run_with_args(
@@ -68,7 +83,11 @@ fn metadata_error(e: ManifestError) -> TributaryError {
         ManifestError::Read { path, reason } => (path, reason, true),
         ManifestError::Parse { path, reason } => (path, reason, false),
     };
-    TributaryError::ModelMetadata { path: path.display().to_string(), reason, missing }
+    TributaryError::ModelMetadata {
+        path: path.display().to_string(),
+        reason,
+        missing,
+    }
 }
 
 /// `tributary_drop_model(name) → void`: removes a model from the catalog. Superuser only.
@@ -77,11 +96,16 @@ fn metadata_error(e: ManifestError) -> TributaryError {
 #[pg_extern(volatile, parallel_unsafe)]
 fn tributary_drop_model(name: &str) {
     if !unsafe { pg_sys::superuser() } {
-        crate::pg::error::raise(TributaryError::Privilege("permission denied to drop a model".into()));
+        crate::pg::error::raise(TributaryError::Privilege(
+            "permission denied to drop a model".into(),
+        ));
     }
-    let deleted = Spi::get_one_with_args::<String>("DELETE FROM tributary.models WHERE name = $1 RETURNING name", &[name.into()])
-        .ok()
-        .flatten();
+    let deleted = Spi::get_one_with_args::<String>(
+        "DELETE FROM tributary.models WHERE name = $1 RETURNING name",
+        &[name.into()],
+    )
+    .ok()
+    .flatten();
     if deleted.is_none() {
         crate::pg::error::raise(TributaryError::UnknownModel(name.into()));
     }
@@ -173,7 +197,11 @@ fn tributary_sessions() -> TableIterator<
     let slot = crate::pg::gpu::held_slot().map(|s| s as i32);
     catalog::for_each_session(|name, e, note| {
         let st = e.stats();
-        let why = [e.provider_note(), note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+        let why = [e.provider_note(), note]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         rows.push((
             name.to_owned(),
             e.provider().as_str().to_owned(),

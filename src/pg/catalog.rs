@@ -134,7 +134,11 @@ thread_local! {
 /// Runs `f` with this backend's session for `model`, creating it on first use (and loading
 /// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
-    let key: Key = (model.name.clone(), model.embedder_config(), gucs::gpu_fp16());
+    let key: Key = (
+        model.name.clone(),
+        model.embedder_config(),
+        gucs::gpu_fp16(),
+    );
     // Checked on every call, not only when a session is created: a changed
     // tributary.ort_library is an error rather than silently ignored.
     let runtime = engine::model::runtime(&gucs::ort_library())?;
@@ -144,11 +148,18 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
             let others_on_gpu = sessions.iter().any(|(_, e)| e.embedder.provider().is_gpu());
             let (embedder, note) = create(runtime, model, &key, others_on_gpu)?;
             let provider = embedder.provider().as_str();
-            let why = [embedder.provider_note(), note.as_str()].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+            let why = [embedder.provider_note(), note.as_str()]
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             if why.is_empty() {
                 pgrx::log!("tributary: model \"{}\" runs on {provider}", model.name);
             } else {
-                pgrx::log!("tributary: model \"{}\" runs on {provider}: {why}", model.name);
+                pgrx::log!(
+                    "tributary: model \"{}\" runs on {provider}: {why}",
+                    model.name
+                );
             }
             // Drops the least recently used session when all MAX_SESSIONS are taken.
             sessions.put(key.clone(), Entry { embedder, note });
@@ -164,7 +175,12 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
 /// Creates a session: GPU admission first when a GPU provider is asked for, the fp16 graph on the
 /// GPU, and the slot given back if the session ended up on the CPU after all and no other session
 /// of this backend (`others_on_gpu`) runs on the GPU.
-fn create(runtime: &engine::Runtime, model: &ModelRow, key: &Key, others_on_gpu: bool) -> Result<(Embedder, String)> {
+fn create(
+    runtime: &engine::Runtime,
+    model: &ModelRow,
+    key: &Key,
+    others_on_gpu: bool,
+) -> Result<(Embedder, String)> {
     let mut config = key.1.clone();
     let mut note = String::new();
     if config.provider != ProviderChoice::Cpu {
@@ -211,12 +227,18 @@ thread_local! {
 /// Errors: 58P01 when the tokenizer file is missing; 38000 when it does not parse.
 pub fn with_tokenizer<R>(model: &ModelRow, f: impl FnOnce(&TextTokenizer) -> R) -> Result<R> {
     let config = model.embedder_config();
-    let key: TokenizerKey = (model.name.clone(), config.tokenizer_file.clone(), config.max_length);
+    let key: TokenizerKey = (
+        model.name.clone(),
+        config.tokenizer_file.clone(),
+        config.max_length,
+    );
     let mut f = Some(f);
     let from_session = SESSIONS.with(|cell| {
         let sessions = cell.borrow();
         // Most recently used first.
-        let (_, e) = sessions.iter().find(|(k, _)| k.0 == key.0 && k.1.tokenizer_file == key.1 && k.1.max_length == key.2)?;
+        let (_, e) = sessions.iter().find(|(k, _)| {
+            k.0 == key.0 && k.1.tokenizer_file == key.1 && k.1.max_length == key.2
+        })?;
         Some(f.take().expect("not called yet")(e.embedder.tokenizer()))
     });
     if let Some(r) = from_session {
@@ -271,11 +293,22 @@ thread_local! {
 /// backend's memo, or computed by `compute` and kept. The key is the session's key (model name,
 /// files, provider and settings), so a changed setting or a re-registered model never returns an
 /// old vector; registering or dropping a model clears the memo with the sessions.
-pub fn memoized_embedding(model: &ModelRow, text: &str, compute: impl FnOnce() -> Result<Vec<f32>>) -> Result<Rc<Vec<f32>>> {
+pub fn memoized_embedding(
+    model: &ModelRow,
+    text: &str,
+    compute: impl FnOnce() -> Result<Vec<f32>>,
+) -> Result<Rc<Vec<f32>>> {
     if text.len() > MEMO_MAX_TEXT {
         return Ok(Rc::new(compute()?));
     }
-    let key: MemoKey = (text.to_owned(), (model.name.clone(), model.embedder_config(), gucs::gpu_fp16()));
+    let key: MemoKey = (
+        text.to_owned(),
+        (
+            model.name.clone(),
+            model.embedder_config(),
+            gucs::gpu_fp16(),
+        ),
+    );
     if let Some(v) = MEMO.with(|cell| cell.borrow_mut().get(&key).cloned()) {
         return Ok(v);
     }

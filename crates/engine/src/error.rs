@@ -26,7 +26,10 @@ pub enum Error {
 
     /// An explicitly requested execution provider could not be registered.
     #[error("execution provider \"{provider}\" is not available")]
-    Provider { provider: &'static str, reason: String },
+    Provider {
+        provider: &'static str,
+        reason: String,
+    },
 
     /// ONNX Runtime failed while creating a session or running the model.
     #[error("ONNX Runtime error: {0}")]

@@ -13,4 +13,6 @@ pub mod tokenize;
 
 pub use error::{Error, Result};
 pub use manifest::{Manifest, ManifestError};
-pub use model::{Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Values};
+pub use model::{
+    Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Values,
+};

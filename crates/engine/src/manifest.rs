@@ -59,23 +59,37 @@ impl Manifest {
     /// Reads a manifest file. Errors: [`ManifestError::Read`] with the I/O error,
     /// [`ManifestError::Parse`] with serde_json's (line and column included).
     pub fn from_file(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError::Read { path: path.to_owned(), reason: e.to_string() })?;
-        serde_json::from_str(&text).map_err(|e| ManifestError::Parse { path: path.to_owned(), reason: e.to_string() })
+        let text = std::fs::read_to_string(path).map_err(|e| ManifestError::Read {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        serde_json::from_str(&text).map_err(|e| ManifestError::Parse {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
     }
 
     /// The graph file of `precision` (one of [`PRECISIONS`]), if the directory has one.
     pub fn graph(&self, precision: &str) -> Option<&str> {
-        self.files.get(precision).filter(|_| PRECISIONS.contains(&precision)).map(String::as_str)
+        self.files
+            .get(precision)
+            .filter(|_| PRECISIONS.contains(&precision))
+            .map(String::as_str)
     }
 
     /// The precisions that have a graph, sorted (`fp16`, `fp32`, `int8`).
     pub fn graphs(&self) -> Vec<&str> {
-        PRECISIONS.into_iter().filter(|p| self.files.contains_key(*p)).collect()
+        PRECISIONS
+            .into_iter()
+            .filter(|p| self.files.contains_key(*p))
+            .collect()
     }
 
     /// The tokenizer file: `files.tokenizer`, else [`DEFAULT_TOKENIZER`].
     pub fn tokenizer(&self) -> &str {
-        self.files.get("tokenizer").map_or(DEFAULT_TOKENIZER, String::as_str)
+        self.files
+            .get("tokenizer")
+            .map_or(DEFAULT_TOKENIZER, String::as_str)
     }
 
     /// The SHA-256 the export recorded for `file`, if any.
@@ -100,7 +114,10 @@ mod tests {
                 "sha256": {"model.onnx": "ab"}, "check": {"x": 0.5}}"#,
         )
         .unwrap();
-        assert_eq!((m.dimension, m.max_length, m.pooling.as_str()), (384, 256, "mean"));
+        assert_eq!(
+            (m.dimension, m.max_length, m.pooling.as_str()),
+            (384, 256, "mean")
+        );
         assert_eq!(m.graph("fp32"), Some("model.onnx"));
         assert_eq!(m.graph("fp16"), None);
         assert_eq!(m.graph("tokenizer"), None, "not a precision");
@@ -112,7 +129,10 @@ mod tests {
 
     #[test]
     fn tokenizer_and_sha256_are_optional_the_rest_is_not() {
-        let m = parse(r#"{"dimension": 8, "pooling": "cls", "max_length": 16, "files": {"fp16": "h.onnx"}}"#).unwrap();
+        let m = parse(
+            r#"{"dimension": 8, "pooling": "cls", "max_length": 16, "files": {"fp16": "h.onnx"}}"#,
+        )
+        .unwrap();
         assert_eq!(m.tokenizer(), DEFAULT_TOKENIZER);
         assert!(m.sha256.is_empty());
         for bad in [
@@ -129,7 +149,10 @@ mod tests {
     fn read_and_parse_errors_are_told_apart() {
         let dir = std::env::temp_dir().join(format!("tributary-manifest-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(matches!(Manifest::from_dir(&dir), Err(ManifestError::Read { .. })));
+        assert!(matches!(
+            Manifest::from_dir(&dir),
+            Err(ManifestError::Read { .. })
+        ));
         std::fs::write(dir.join(FILE_NAME), "{not json").unwrap();
         match Manifest::from_dir(&dir) {
             Err(ManifestError::Parse { path, reason }) => {

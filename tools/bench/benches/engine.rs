@@ -104,7 +104,9 @@ fn repo() -> PathBuf {
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| repo().join(default))
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(default))
 }
 
 fn die(msg: &str) -> ! {
@@ -137,7 +139,10 @@ impl Bench {
         let model_dir = env_path("TRIBUTARY_MODEL_DIR", "ort/models/all-MiniLM-L6-v2");
         let texts_file = env_path("TRIBUTARY_TEXTS", "target/debian_texts.txt");
         let rows: usize = std::env::var("TRIBUTARY_BENCH_ROWS")
-            .map(|v| v.parse().unwrap_or_else(|_| die("TRIBUTARY_BENCH_ROWS: not a number")))
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| die("TRIBUTARY_BENCH_ROWS: not a number"))
+            })
             .unwrap_or(128);
         if rows == 0 {
             die("TRIBUTARY_BENCH_ROWS must be at least 1");
@@ -150,21 +155,48 @@ impl Bench {
                 texts_file.display()
             ))
         });
-        let texts: Vec<String> = raw.lines().filter(|l| !l.is_empty()).map(|l| l.replace("\\n", "\n")).collect();
+        let texts: Vec<String> = raw
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.replace("\\n", "\n"))
+            .collect();
         let need = rows.max(CALL_ROWS[CALL_ROWS.len() - 1]);
         if texts.len() < need {
-            die(&format!("{} has {} texts; the benchmark needs at least {need}", texts_file.display(), texts.len()));
+            die(&format!(
+                "{} has {} texts; the benchmark needs at least {need}",
+                texts_file.display(),
+                texts.len()
+            ));
         }
 
-        let meta = Manifest::from_dir(&model_dir).unwrap_or_else(|e| die(&format!("{e} (set TRIBUTARY_MODEL_DIR to a model directory)")));
-        let fp32 = meta.graph("fp32").unwrap_or_else(|| die(&format!("{}: no fp32 graph in tributary.json", model_dir.display())));
-        let mut config = EmbedderConfig::new(model_dir.join(fp32), model_dir.join(meta.tokenizer()), meta.max_length, meta.dimension);
-        config.provider = match std::env::var("TRIBUTARY_PROVIDER").as_deref().unwrap_or("cpu") {
+        let meta = Manifest::from_dir(&model_dir).unwrap_or_else(|e| {
+            die(&format!(
+                "{e} (set TRIBUTARY_MODEL_DIR to a model directory)"
+            ))
+        });
+        let fp32 = meta.graph("fp32").unwrap_or_else(|| {
+            die(&format!(
+                "{}: no fp32 graph in tributary.json",
+                model_dir.display()
+            ))
+        });
+        let mut config = EmbedderConfig::new(
+            model_dir.join(fp32),
+            model_dir.join(meta.tokenizer()),
+            meta.max_length,
+            meta.dimension,
+        );
+        config.provider = match std::env::var("TRIBUTARY_PROVIDER")
+            .as_deref()
+            .unwrap_or("cpu")
+        {
             "cpu" => ProviderChoice::Cpu,
             "cuda" => ProviderChoice::Cuda,
             "tensorrt" => ProviderChoice::TensorRt,
             "auto" => ProviderChoice::Auto,
-            p => die(&format!("TRIBUTARY_PROVIDER: unknown provider {p} (cpu, cuda, tensorrt, auto)")),
+            p => die(&format!(
+                "TRIBUTARY_PROVIDER: unknown provider {p} (cpu, cuda, tensorrt, auto)"
+            )),
         };
 
         let rt = engine::model::runtime(&ort_lib)
@@ -181,29 +213,58 @@ impl Bench {
             texts.len(),
             texts_file.display(),
         );
-        Bench { embedder, texts, rows, costs: Vec::new() }
+        Bench {
+            embedder,
+            texts,
+            rows,
+            costs: Vec::new(),
+        }
     }
 
     /// `n` synthetic texts of exactly `k` tokens each with this model's tokenizer (special
     /// tokens included), rows differing in their words; checked by tokenizing them.
     fn uniform(&self, n: usize, k: usize) -> Vec<String> {
-        const WORDS: [&str; 12] = ["data", "table", "index", "query", "vector", "row", "model", "text", "search", "server", "file", "system"];
+        const WORDS: [&str; 12] = [
+            "data", "table", "index", "query", "vector", "row", "model", "text", "search",
+            "server", "file", "system",
+        ];
         let tok = self.embedder.tokenizer();
-        let words = k.checked_sub(tok.count_special()).unwrap_or_else(|| die(&format!("{k} tokens is fewer than the special tokens")));
-        let texts: Vec<String> = (0..n).map(|i| (0..words).map(|j| WORDS[(i * 7 + j) % WORDS.len()]).collect::<Vec<_>>().join(" ")).collect();
+        let words = k
+            .checked_sub(tok.count_special())
+            .unwrap_or_else(|| die(&format!("{k} tokens is fewer than the special tokens")));
+        let texts: Vec<String> = (0..n)
+            .map(|i| {
+                (0..words)
+                    .map(|j| WORDS[(i * 7 + j) % WORDS.len()])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let encoded = tok.encode(&refs).unwrap_or_else(|e| die(&format!("tokenizer: {e}")));
+        let encoded = tok
+            .encode(&refs)
+            .unwrap_or_else(|e| die(&format!("tokenizer: {e}")));
         if let Some(bad) = encoded.iter().find(|t| t.ids.len() != k) {
-            die(&format!("synthetic text tokenizes to {} tokens, not {k}", bad.ids.len()));
+            die(&format!(
+                "synthetic text tokenizes to {} tokens, not {k}",
+                bad.ids.len()
+            ));
         }
         texts
     }
 
     /// Embeds `texts` in calls of `per_call` texts at chunk size `chunk`; the timed unit.
     fn run(embedder: &mut Embedder, texts: &[&str], per_call: usize, chunk: usize) -> Cost {
-        let mut cost = Cost { rows: 0, tokens: 0, padded_tokens: 0, batches: 0 };
+        let mut cost = Cost {
+            rows: 0,
+            tokens: 0,
+            padded_tokens: 0,
+            batches: 0,
+        };
         for call in texts.chunks(per_call) {
-            let out = embedder.embed(call, chunk, &mut || {}).unwrap_or_else(|e| die(&format!("embed: {e}")));
+            let out = embedder
+                .embed(call, chunk, &mut || {})
+                .unwrap_or_else(|e| die(&format!("embed: {e}")));
             cost.rows += out.rows();
             cost.tokens += out.tokens;
             cost.padded_tokens += out.padded_tokens;
@@ -265,7 +326,15 @@ fn chunk_size(c: &mut Criterion, b: &mut Bench) {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut g = new_group(c, "chunk_size");
     for chunk in CHUNKS {
-        b.point(&mut g, "chunk_size", "chunk", &chunk.to_string(), &refs, refs.len(), chunk);
+        b.point(
+            &mut g,
+            "chunk_size",
+            "chunk",
+            &chunk.to_string(),
+            &refs,
+            refs.len(),
+            chunk,
+        );
     }
     g.finish();
 }
@@ -279,7 +348,15 @@ fn input_length(c: &mut Criterion, b: &mut Bench) {
     let mut g = new_group(c, "input_length");
     for (name, texts) in &sets {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        b.point(&mut g, "input_length", "len", name, &refs, refs.len(), DEFAULT_CHUNK);
+        b.point(
+            &mut g,
+            "input_length",
+            "len",
+            name,
+            &refs,
+            refs.len(),
+            DEFAULT_CHUNK,
+        );
     }
     g.finish();
 }
@@ -289,7 +366,15 @@ fn batch_rows(c: &mut Criterion, b: &mut Bench) {
     for per_call in CALL_ROWS {
         let texts: Vec<String> = b.texts[..b.rows.max(per_call)].to_vec();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        b.point(&mut g, "batch_rows", "rows", &per_call.to_string(), &refs, per_call, DEFAULT_CHUNK);
+        b.point(
+            &mut g,
+            "batch_rows",
+            "rows",
+            &per_call.to_string(),
+            &refs,
+            per_call,
+            DEFAULT_CHUNK,
+        );
     }
     g.finish();
 }
@@ -313,15 +398,20 @@ fn criterion_dir() -> PathBuf {
 fn report(costs: &[(String, Cost)]) {
     let dir = criterion_dir();
     let file = dir.join("tributary_tokens.json");
-    let mut all: BTreeMap<String, serde_json::Value> =
-        std::fs::read_to_string(&file).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+    let mut all: BTreeMap<String, serde_json::Value> = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
     for (key, c) in costs {
         all.insert(
             key.clone(),
             serde_json::json!({"rows": c.rows, "tokens": c.tokens, "padded_tokens": c.padded_tokens, "batches": c.batches}),
         );
     }
-    if std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&file, serde_json::to_string_pretty(&all).unwrap())).is_err() {
+    if std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&file, serde_json::to_string_pretty(&all).unwrap()))
+        .is_err()
+    {
         eprintln!("benches/engine: could not write {}", file.display());
     }
     // Under --test or --list criterion measured nothing: old estimates would be misleading.
