@@ -10,6 +10,7 @@ pub mod api;
 // The pgrx-free engine is its own crate (crates/engine); `crate::engine::...` paths still work.
 pub use tributary_engine as engine;
 pub mod pg;
+pub mod service;
 pub mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
