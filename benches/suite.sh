@@ -55,7 +55,7 @@ touch "$RESULTS"
 echo "bash benches/suite.sh${ARGS:+ $ARGS}" >>"$OUT/command.txt"
 ORT_LIB=$ROOT/ort/lib/libonnxruntime.so.1.31.1
 MODEL_DIR=$ROOT/ort/models/all-MiniLM-L6-v2
-BENCH_BIN=$ROOT/tools/bench/target/release/tributary-bench
+BENCH_BIN=$ROOT/target/release/tributary-bench
 record() { echo "$1" >>"$RESULTS"; echo "$1"; }
 
 if want sweep || want engine || want criterion; then
@@ -226,10 +226,10 @@ fi
 
 if want criterion; then
   log "criterion: tools/bench --bench engine"
-  rm -rf tools/bench/target/criterion
+  rm -rf target/criterion
   TRIBUTARY_ORT=$ORT_LIB TRIBUTARY_MODEL_DIR=$MODEL_DIR TRIBUTARY_TEXTS=$texts \
     cargo bench -q --manifest-path tools/bench/Cargo.toml --bench engine 2>&1 | tee "$OUT/criterion.txt"
-  cp -r tools/bench/target/criterion "$OUT/criterion"
+  cp -r target/criterion "$OUT/criterion"
 fi
 
 if [ "$REPORT" = 1 ]; then

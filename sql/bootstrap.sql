@@ -28,3 +28,36 @@ VALUES ('all-MiniLM-L6-v2', 'all-MiniLM-L6-v2', 'model.onnx', 384, 256, 'mean', 
 -- Models registered later are user data: pg_dump keeps them.
 SELECT pg_catalog.pg_extension_config_dump('tributary.models',
     'WHERE name NOT IN (''all-MiniLM-L6-v2'', ''all-MiniLM-L6-v2-int8'')');
+
+-- The one check of a target (embedding) column, for tributary_embed_column
+-- (src/service/column.rs), jobs (sql/jobs.sql) and prediction (sql/predict.sql): column `col`
+-- of `rel` exists (42703), is pgvector's vector or halfvec (42804, with `hint`), and, when `dim`
+-- is given, has no dimension or `dim` (22000, naming `model`). Returns the type's name, 'vector'
+-- or 'halfvec'. `relname`: how messages name the relation (default: rel::text, as the caller's
+-- search_path shows it). SECURITY INVOKER and no SET search_path: it reads only pg_catalog,
+-- qualified, and a SET would change how rel::text names the relation.
+CREATE FUNCTION tributary._target_column(
+    rel regclass, col name, model text DEFAULT NULL, dim integer DEFAULT NULL, relname text DEFAULT NULL,
+    hint text DEFAULT 'The target column must be of pgvector''s type vector(n) or halfvec(n).')
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    typ text;
+    typmod integer;
+BEGIN
+    SELECT t.typname::text, a.atttypmod INTO typ, typmod
+      FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+     WHERE a.attrelid = rel AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', col, coalesce(relname, rel::text)
+            USING ERRCODE = 'undefined_column';
+    END IF;
+    IF typ NOT IN ('vector', 'halfvec') THEN
+        RAISE EXCEPTION 'column "%" is of type %, not vector or halfvec', col, typ
+            USING ERRCODE = 'datatype_mismatch', HINT = hint;
+    END IF;
+    IF dim IS NOT NULL AND typmod > 0 AND typmod <> dim THEN
+        RAISE EXCEPTION 'expected % dimensions, not %', typmod, dim USING ERRCODE = 'data_exception',
+            DETAIL = format('column "%s" is %s(%s) but model "%s" produces %s dimensions', col, typ, typmod, model, dim);
+    END IF;
+    RETURN typ;
+END $$;

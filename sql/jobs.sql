@@ -194,7 +194,6 @@ DECLARE
     tgt       regclass;
     tgt_name  text;
     tgt_type  text;
-    tgt_mod   integer;
     vtype     text;     -- the target's type, schema-qualified (pgvector may live in any schema)
     c         text;
     id        bigint := nextval('tributary._jobs_id_seq');
@@ -314,21 +313,9 @@ BEGIN
         END IF;
     END IF;
     tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
-    SELECT t.typname, a.atttypmod INTO tgt_type, tgt_mod
-      FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-     WHERE a.attrelid = tgt AND a.attname = target AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of relation "%" does not exist', target, tgt_name USING ERRCODE = 'undefined_column';
-    END IF;
-    IF tgt_type NOT IN ('vector', 'halfvec') THEN
-        RAISE EXCEPTION 'column "%" is of type %, not vector or halfvec', target, tgt_type
-            USING ERRCODE = 'datatype_mismatch', HINT = 'The target column must be of pgvector''s type vector(n) or halfvec(n).';
-    END IF;
+    -- 42703, 42804, 22000 (sql/bootstrap.sql), as tributary_embed_column checks its target.
+    tgt_type := tributary._target_column(tgt, target, m.name, m.dimension, relname => tgt_name);
     vtype := tributary._vector_type(tgt_type);
-    IF tgt_mod > 0 AND tgt_mod <> m.dimension THEN
-        RAISE EXCEPTION 'expected % dimensions, not %', tgt_mod, m.dimension USING ERRCODE = 'data_exception',
-            DETAIL = format('column "%s" is %s(%s) but model "%s" produces %s dimensions', target, tgt_type, tgt_mod, m.name, m.dimension);
-    END IF;
     IF tgt <> source AND NOT EXISTS (
         SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)

@@ -39,23 +39,12 @@ BEGIN
 END $$;
 
 -- The type of embedding column `embedding` of `tbl`: 'vector' or 'halfvec'. 42703 unknown
--- column, 42804 another type.
+-- column, 42804 another type (the check of sql/bootstrap.sql, with prediction's hint).
 CREATE FUNCTION tributary.embedding_type(tbl regclass, embedding name)
-RETURNS text LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    typ text;
-BEGIN
-    SELECT t.typname INTO typ
-      FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-     WHERE a.attrelid = tbl AND a.attname = embedding AND a.attnum > 0 AND NOT a.attisdropped;
-    IF typ IS NULL THEN
-        RAISE EXCEPTION 'column "%" of relation "%" does not exist', embedding, tbl USING ERRCODE = '42703';
-    ELSIF typ NOT IN ('vector', 'halfvec') THEN
-        RAISE EXCEPTION 'column "%" is of type %, not vector or halfvec', embedding, typ
-            USING ERRCODE = '42804', HINT = 'Neighbours are found by an embedding column; fill one with tributary_embed_column.';
-    END IF;
-    RETURN typ;
-END $$;
+RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT tributary._target_column(tbl, embedding,
+        hint => 'Neighbours are found by an embedding column; fill one with tributary_embed_column.')
+$$;
 
 -- A jsonb expression that identifies a row of `tbl` aliased `alias`: its primary key columns
 -- ({"track_id": 1}), or {"ctid": "(0,1)"} for a table without a primary key.

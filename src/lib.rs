@@ -7,8 +7,10 @@
 use pgrx::prelude::*;
 
 pub mod api;
-pub mod engine;
+// The pgrx-free engine is its own crate (crates/engine); `crate::engine::...` paths still work.
+pub use tributary_engine as engine;
 pub mod pg;
+pub mod service;
 pub mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -34,7 +34,7 @@ if [ "${GPU_PREPARE_PG_ONLY:-0}" = 1 ]; then
 else
   log "tools/bench (release)"
   (cd tools/bench && nice cargo build --release -j 2 2>&1 | grep -E '^(warning|error)|Finished' || true)
-  [ -x tools/bench/target/release/tributary-bench ] || { echo "prepare: tools/bench did not build" >&2; exit 1; }
+  [ -x target/release/tributary-bench ] || { echo "prepare: tools/bench did not build" >&2; exit 1; }
 
   log "onnxruntime-gpu $ORT_VERSION into ort/lib-gpu"
   bash scripts/gpu/setup_gpu.sh | grep -v '^  tributary\.' || true
@@ -44,7 +44,7 @@ else
   [ -s .gpu/texts/debian.txt ] || .venv/bin/python scripts/gpu/texts.py .gpu/texts/debian.txt --limit 16384
   wc -l .gpu/texts/debian.txt
 
-  FILES=(tools/bench/target/release/tributary-bench
+  FILES=(target/release/tributary-bench
          "ort/lib-gpu/libonnxruntime.so.$ORT_VERSION" ort/lib-gpu/libonnxruntime_providers_shared.so
          ort/lib-gpu/libonnxruntime_providers_cuda.so ort/lib-gpu/libonnxruntime_providers_tensorrt.so
          ort/models/all-MiniLM-L6-v2/model.onnx ort/models/all-MiniLM-L6-v2/model_fp16.onnx

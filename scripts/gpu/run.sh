@@ -47,7 +47,7 @@ OUT=${OUT:-/tmp/tributary-gpu-out}
 RESULTS=.gpu/results
 mkdir -p "$OUT" "$RESULTS"
 PROVIDER=${GPU_CHECK_PROVIDER:-cuda}
-BENCH=${BENCH:-tools/bench/target/release/tributary-bench}
+BENCH=${BENCH:-target/release/tributary-bench}
 ORT_LIB=${ORT_LIB:-ort/lib-gpu/libonnxruntime.so.1.31.1}
 TEXTS=${GPU_CHECK_TEXTS:-.gpu/texts/debian.txt}
 MINILM=ort/models/all-MiniLM-L6-v2

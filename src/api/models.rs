@@ -4,23 +4,10 @@ use std::path::Path;
 
 use pgrx::prelude::*;
 
+use crate::engine::{Manifest, ManifestError};
 use crate::pg::catalog;
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::gucs;
-
-/// Precisions a model directory can hold, as `files` keys of tributary.json.
-const PRECISIONS: [&str; 3] = ["fp16", "fp32", "int8"];
-
-/// What `ort/scripts/export_model.py` writes beside the model as `tributary.json`.
-#[derive(serde::Deserialize)]
-struct ModelMetadata {
-    dimension: usize,
-    pooling: String,
-    max_length: usize,
-    files: std::collections::HashMap<String, String>,
-    #[serde(default)]
-    sha256: std::collections::HashMap<String, String>,
-}
 
 /// `tributary_register_model(name, path [, precision]) → void`: registers (or re-registers) the
 /// prepared model in directory `path` (absolute, or relative to `tributary.model_path`), reading
@@ -39,32 +26,33 @@ fn tributary_register_model(name: &str, path: &str, precision: default!(&str, "'
 
 fn register(name: &str, path: &str, precision: &str) -> Result<()> {
     if !unsafe { pg_sys::superuser() } {
-        return Err(TributaryError::Privilege("permission denied to register a model".into()));
+        return Err(TributaryError::Privilege(
+            "permission denied to register a model".into(),
+        ));
     }
-    let dir = if Path::new(path).is_absolute() { Path::new(path).to_owned() } else { gucs::model_path().join(path) };
-    let meta_path = dir.join("tributary.json");
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| TributaryError::ModelMetadata {
-        path: meta_path.display().to_string(),
-        reason: e.to_string(),
-        missing: true,
-    })?;
-    let meta: ModelMetadata = serde_json::from_str(&text).map_err(|e| TributaryError::ModelMetadata {
-        path: meta_path.display().to_string(),
-        reason: e.to_string(),
-        missing: false,
-    })?;
-    let mut graphs: Vec<&str> = meta.files.keys().map(String::as_str).filter(|k| PRECISIONS.contains(k)).collect();
-    graphs.sort_unstable();
-    let onnx = meta.files.get(precision).filter(|_| PRECISIONS.contains(&precision)).ok_or_else(|| {
-        TributaryError::InvalidArgument {
+    let dir = if Path::new(path).is_absolute() {
+        Path::new(path).to_owned()
+    } else {
+        gucs::model_path().join(path)
+    };
+    let meta = Manifest::from_dir(&dir).map_err(metadata_error)?;
+    let onnx = meta
+        .graph(precision)
+        .ok_or_else(|| TributaryError::InvalidArgument {
             message: format!("model in \"{}\" has no {precision} graph", dir.display()),
-            hint: Some(format!("Its tributary.json lists: {}.", graphs.join(", "))),
-        }
-    })?;
-    let tokenizer = meta.files.get("tokenizer").cloned().unwrap_or_else(|| "tokenizer.json".into());
-    for f in [onnx, &tokenizer] {
+            hint: Some(format!(
+                "Its tributary.json lists: {}.",
+                meta.graphs().join(", ")
+            )),
+        })?;
+    let tokenizer = meta.tokenizer();
+    for f in [onnx, tokenizer] {
         if !dir.join(f).is_file() {
-            return Err(crate::engine::Error::ModelFile { path: dir.join(f), reason: "no such file".into() }.into());
+            return Err(crate::engine::Error::ModelFile {
+                path: dir.join(f),
+                reason: "no such file".into(),
+            }
+            .into());
         }
     }
     Spi::run_with_args(
@@ -76,17 +64,30 @@ fn register(name: &str, path: &str, precision: &str) -> Result<()> {
         &[
             name.into(),
             path.into(),
-            onnx.as_str().into(),
-            tokenizer.as_str().into(),
+            onnx.into(),
+            tokenizer.into(),
             (meta.dimension as i32).into(),
             (meta.max_length as i32).into(),
             meta.pooling.as_str().into(),
             precision.into(),
-            meta.sha256.get(onnx.as_str()).map(String::as_str).into(),
+            meta.sha256(onnx).into(),
         ],
     )
-    .unwrap_or_else(|e| pgrx::error!("registering model failed: {e}"));
+    .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
     Ok(())
+}
+
+/// A model directory's tributary.json that cannot be read (58P01) or parsed (22P02).
+fn metadata_error(e: ManifestError) -> TributaryError {
+    let (path, reason, missing) = match e {
+        ManifestError::Read { path, reason } => (path, reason, true),
+        ManifestError::Parse { path, reason } => (path, reason, false),
+    };
+    TributaryError::ModelMetadata {
+        path: path.display().to_string(),
+        reason,
+        missing,
+    }
 }
 
 /// `tributary_drop_model(name) → void`: removes a model from the catalog. Superuser only.
@@ -95,11 +96,16 @@ fn register(name: &str, path: &str, precision: &str) -> Result<()> {
 #[pg_extern(volatile, parallel_unsafe)]
 fn tributary_drop_model(name: &str) {
     if !unsafe { pg_sys::superuser() } {
-        crate::pg::error::raise(TributaryError::Privilege("permission denied to drop a model".into()));
+        crate::pg::error::raise(TributaryError::Privilege(
+            "permission denied to drop a model".into(),
+        ));
     }
-    let deleted = Spi::get_one_with_args::<String>("DELETE FROM tributary.models WHERE name = $1 RETURNING name", &[name.into()])
-        .ok()
-        .flatten();
+    let deleted = Spi::get_one_with_args::<String>(
+        "DELETE FROM tributary.models WHERE name = $1 RETURNING name",
+        &[name.into()],
+    )
+    .ok()
+    .flatten();
     if deleted.is_none() {
         crate::pg::error::raise(TributaryError::UnknownModel(name.into()));
     }
@@ -191,7 +197,11 @@ fn tributary_sessions() -> TableIterator<
     let slot = crate::pg::gpu::held_slot().map(|s| s as i32);
     catalog::for_each_session(|name, e, note| {
         let st = e.stats();
-        let why = [e.provider_note(), note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+        let why = [e.provider_note(), note]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         rows.push((
             name.to_owned(),
             e.provider().as_str().to_owned(),

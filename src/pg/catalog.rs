@@ -1,13 +1,18 @@
-//! The model catalog `tributary.models` and the per-backend session cache.
+//! The model catalog `tributary.models` and this backend's caches: sessions, tokenizers and
+//! `tributary_embed(text)` results, each a bounded LRU cache ([`lru::LruCache`]).
 
 use std::cell::RefCell;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
+use lru::LruCache;
 use pgrx::prelude::*;
 
 use super::error::{Result, TributaryError};
 use super::{gpu, gucs};
-use crate::engine::{self, Embedder, EmbedderConfig, ProviderChoice};
+use crate::engine::tokenize::TextTokenizer;
+use crate::engine::{self, Embedder, EmbedderConfig, Manifest, ProviderChoice};
 
 /// One row of `tributary.models`.
 #[derive(Debug, Clone)]
@@ -53,21 +58,21 @@ impl ModelRow {
     }
 
     /// The model's fp16 graph (`files.fp16` of its tributary.json) when this row is an fp32 graph
-    /// and that file exists; the GPU runs it instead when `tributary.gpu_fp16` is on.
+    /// and that file exists; the GPU runs it instead when `tributary.gpu_fp16` is on. `None` too
+    /// when tributary.json cannot be read now (the row was registered from a readable one).
     pub fn fp16_file(&self) -> Option<PathBuf> {
         if self.precision != "fp32" {
             return None;
         }
         let dir = self.dir();
-        let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tributary.json")).ok()?).ok()?;
-        let file = dir.join(meta.get("files")?.get("fp16")?.as_str()?);
+        let file = dir.join(Manifest::from_dir(&dir).ok()?.graph("fp16")?);
         file.is_file().then_some(file)
     }
 }
 
 /// Looks `name` up in `tributary.models`; `None` means the `tributary.model` setting.
 ///
-/// Errors: 42704 for an unknown model (or no model named at all).
+/// Errors: 22023 when no model is named at all; 42704 for an unknown model; XX000 when SPI fails.
 pub fn model(name: Option<&str>) -> Result<ModelRow> {
     let name = match name.map(str::to_owned).or_else(gucs::model) {
         Some(n) => n,
@@ -100,71 +105,82 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
             precision: r.get::<String>(7)?.unwrap_or_default(),
         }))
     })
-    .unwrap_or_else(|e| pgrx::error!("reading tributary.models failed: {e}"));
+    .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))?;
     row.ok_or(TributaryError::UnknownModel(name))
 }
 
 /// Sessions kept per backend. Each holds a copy of the model's weights (all-MiniLM-L6-v2: 90 MB
 /// fp32), so the cache is small; the least recently used session is dropped first.
-const MAX_SESSIONS: usize = 3;
+const MAX_SESSIONS: NonZeroUsize = NonZeroUsize::new(3).unwrap();
 
 /// (model name, session settings, tributary.gpu_fp16)
 type Key = (String, EmbedderConfig, bool);
 
 struct Entry {
-    key: Key,
     embedder: Embedder,
     /// Why the session is not on the GPU though a GPU provider was asked for (admission), or empty.
     note: String,
 }
 
 thread_local! {
-    // Backends are single-threaded and this is touched only from the backend's main thread
-    // (never from ORT's or the tokenizer's worker threads), so a RefCell is enough.
-    static SESSIONS: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    // Backends are single-threaded and these caches are touched only from the backend's main
+    // thread (never from ORT's or the tokenizer's worker threads), so a RefCell is enough.
+
+    /// Sessions by key, at most [`MAX_SESSIONS`]: a use ([`with_embedder`]) makes a session the
+    /// most recently used; a new one past the cap drops the least recently used.
+    static SESSIONS: RefCell<LruCache<Key, Entry>> = RefCell::new(LruCache::new(MAX_SESSIONS));
 }
 
 /// Runs `f` with this backend's session for `model`, creating it on first use (and loading
 /// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
-    let key: Key = (model.name.clone(), model.embedder_config(), gucs::gpu_fp16());
+    let key: Key = (
+        model.name.clone(),
+        model.embedder_config(),
+        gucs::gpu_fp16(),
+    );
     // Checked on every call, not only when a session is created: a changed
     // tributary.ort_library is an error rather than silently ignored.
     let runtime = engine::model::runtime(&gucs::ort_library())?;
     SESSIONS.with(|cell| {
         let mut sessions = cell.borrow_mut();
-        let pos = match sessions.iter().position(|e| e.key == key) {
-            Some(p) => p,
-            None => {
-                let (embedder, note) = create(runtime, model, &key, &sessions)?;
-                let provider = embedder.provider().as_str();
-                let why = [embedder.provider_note(), note.as_str()].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
-                if why.is_empty() {
-                    pgrx::log!("tributary: model \"{}\" runs on {provider}", model.name);
-                } else {
-                    pgrx::log!("tributary: model \"{}\" runs on {provider}: {why}", model.name);
-                }
-                if sessions.len() >= MAX_SESSIONS {
-                    sessions.remove(0);
-                }
-                sessions.push(Entry { key, embedder, note });
-                sessions.len() - 1
+        if !sessions.contains(&key) {
+            let others_on_gpu = sessions.iter().any(|(_, e)| e.embedder.provider().is_gpu());
+            let (embedder, note) = create(runtime, model, &key, others_on_gpu)?;
+            let provider = embedder.provider().as_str();
+            let why = [embedder.provider_note(), note.as_str()]
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+            if why.is_empty() {
+                pgrx::log!("tributary: model \"{}\" runs on {provider}", model.name);
+            } else {
+                pgrx::log!(
+                    "tributary: model \"{}\" runs on {provider}: {why}",
+                    model.name
+                );
             }
-        };
-        // Most recently used last.
-        let entry = sessions.remove(pos);
-        sessions.push(entry);
-        let last = sessions.len() - 1;
-        if sessions[last].embedder.provider().is_gpu() {
+            // Drops the least recently used session when all MAX_SESSIONS are taken.
+            sessions.put(key.clone(), Entry { embedder, note });
+        }
+        let entry = sessions.get_mut(&key).expect("present or just created");
+        if entry.embedder.provider().is_gpu() {
             gpu::ensure_held();
         }
-        Ok(f(&mut sessions[last].embedder))
+        Ok(f(&mut entry.embedder))
     })
 }
 
 /// Creates a session: GPU admission first when a GPU provider is asked for, the fp16 graph on the
-/// GPU, and the slot given back if the session ended up on the CPU after all.
-fn create(runtime: &engine::Runtime, model: &ModelRow, key: &Key, others: &[Entry]) -> Result<(Embedder, String)> {
+/// GPU, and the slot given back if the session ended up on the CPU after all and no other session
+/// of this backend (`others_on_gpu`) runs on the GPU.
+fn create(
+    runtime: &engine::Runtime,
+    model: &ModelRow,
+    key: &Key,
+    others_on_gpu: bool,
+) -> Result<(Embedder, String)> {
     let mut config = key.1.clone();
     let mut note = String::new();
     if config.provider != ProviderChoice::Cpu {
@@ -184,7 +200,7 @@ fn create(runtime: &engine::Runtime, model: &ModelRow, key: &Key, others: &[Entr
         }
     }
     let created = Embedder::new(runtime, config);
-    let on_gpu = created.as_ref().is_ok_and(|e| e.provider().is_gpu()) || others.iter().any(|e| e.embedder.provider().is_gpu());
+    let on_gpu = created.as_ref().is_ok_and(|e| e.provider().is_gpu()) || others_on_gpu;
     if !on_gpu {
         gpu::release();
     }
@@ -195,58 +211,57 @@ fn create(runtime: &engine::Runtime, model: &ModelRow, key: &Key, others: &[Entr
 /// tokenizer settings; small, like the session cache.
 type TokenizerKey = (String, PathBuf, usize);
 
+/// Tokenizers kept per backend: as many as sessions.
+const MAX_TOKENIZERS: NonZeroUsize = MAX_SESSIONS;
+
 thread_local! {
-    static TOKENIZERS: RefCell<Vec<(TokenizerKey, std::rc::Rc<engine::tokenize::TextTokenizer>)>> = const { RefCell::new(Vec::new()) };
+    /// At most [`MAX_TOKENIZERS`], least recently used dropped first. Not cleared with the
+    /// sessions: the key holds the tokenizer file and max length.
+    static TOKENIZERS: RefCell<LruCache<TokenizerKey, Rc<TextTokenizer>>> = RefCell::new(LruCache::new(MAX_TOKENIZERS));
 }
 
 /// Runs `f` with `model`'s tokenizer (truncation at its max length): the one of an open session
-/// when there is one, else one loaded from the model's `tokenizer.json` and kept for this backend.
-/// Loads no ONNX Runtime session.
+/// when there is one (looking it up does not count as a use of the session), else one loaded
+/// from the model's `tokenizer.json` and kept for this backend. Loads no ONNX Runtime session.
 ///
 /// Errors: 58P01 when the tokenizer file is missing; 38000 when it does not parse.
-pub fn with_tokenizer<R>(model: &ModelRow, f: impl FnOnce(&engine::tokenize::TextTokenizer) -> R) -> Result<R> {
+pub fn with_tokenizer<R>(model: &ModelRow, f: impl FnOnce(&TextTokenizer) -> R) -> Result<R> {
     let config = model.embedder_config();
-    let key: TokenizerKey = (model.name.clone(), config.tokenizer_file.clone(), config.max_length);
+    let key: TokenizerKey = (
+        model.name.clone(),
+        config.tokenizer_file.clone(),
+        config.max_length,
+    );
+    let mut f = Some(f);
     let from_session = SESSIONS.with(|cell| {
-        cell.borrow()
-            .iter()
-            .rev()
-            .find(|e| e.key.0 == key.0 && e.key.1.tokenizer_file == key.1 && e.key.1.max_length == key.2)
-            .map(|e| e as *const Entry)
-            .is_some()
+        let sessions = cell.borrow();
+        // Most recently used first.
+        let (_, e) = sessions.iter().find(|(k, _)| {
+            k.0 == key.0 && k.1.tokenizer_file == key.1 && k.1.max_length == key.2
+        })?;
+        Some(f.take().expect("not called yet")(e.embedder.tokenizer()))
     });
-    if from_session {
-        return SESSIONS.with(|cell| {
-            let sessions = cell.borrow();
-            let e = sessions
-                .iter()
-                .rev()
-                .find(|e| e.key.0 == key.0 && e.key.1.tokenizer_file == key.1 && e.key.1.max_length == key.2)
-                .expect("found above");
-            Ok(f(e.embedder.tokenizer()))
-        });
+    if let Some(r) = from_session {
+        return Ok(r);
     }
     let tokenizer = TOKENIZERS.with(|cell| -> Result<_> {
         let mut cache = cell.borrow_mut();
-        if let Some((_, t)) = cache.iter().find(|(k, _)| *k == key) {
+        if let Some(t) = cache.get(&key) {
             return Ok(t.clone());
         }
-        let t = std::rc::Rc::new(engine::tokenize::TextTokenizer::from_file(&key.1, key.2)?);
-        if cache.len() >= MAX_SESSIONS {
-            cache.remove(0);
-        }
-        cache.push((key.clone(), t.clone()));
+        let t = Rc::new(TextTokenizer::from_file(&key.1, key.2)?);
+        cache.put(key.clone(), t.clone());
         Ok(t)
     })?;
-    Ok(f(&tokenizer))
+    Ok(f.expect("not called above")(&tokenizer))
 }
 
 /// Calls `f` for every session this backend holds, least recently used first, with the note
 /// that says why a session asked for a GPU runs on the CPU (empty otherwise).
 pub fn for_each_session(mut f: impl FnMut(&str, &Embedder, &str)) {
     SESSIONS.with(|cell| {
-        for e in cell.borrow().iter() {
-            f(&e.key.0, &e.embedder, &e.note);
+        for (key, e) in cell.borrow().iter().rev() {
+            f(&key.0, &e.embedder, &e.note);
         }
     })
 }
@@ -257,40 +272,48 @@ pub fn clear_sessions() {
     MEMO.with(|cell| cell.borrow_mut().clear());
 }
 
-/// Results of `tributary_embed(text)` this backend keeps, most recent last. PostgreSQL evaluates a
-/// stable function again wherever the executor needs its value: `ORDER BY embedding <=>
-/// tributary_embed('query')` called it once per table row under a sequential scan and once per
-/// returned row under an HNSW index scan, each time running the model on the same text.
-const MEMO_ENTRIES: usize = 32;
+/// Results of `tributary_embed(text)` this backend keeps. PostgreSQL evaluates a stable function
+/// again wherever the executor needs its value: `ORDER BY embedding <=> tributary_embed('query')`
+/// called it once per table row under a sequential scan and once per returned row under an HNSW
+/// index scan, each time running the model on the same text.
+const MEMO_ENTRIES: NonZeroUsize = NonZeroUsize::new(32).unwrap();
 /// Longer texts are not kept (bytes; 32 entries stay under about 300 kB with 384 dimensions).
 const MEMO_MAX_TEXT: usize = 8192;
 
+/// (text, session key)
+type MemoKey = (String, Key);
+
 thread_local! {
-    static MEMO: RefCell<std::collections::VecDeque<(String, Key, std::rc::Rc<Vec<f32>>)>> =
-        const { RefCell::new(std::collections::VecDeque::new()) };
+    /// `[dim] f32` by text and session key, at most [`MEMO_ENTRIES`], least recently used dropped
+    /// first; cleared with the sessions.
+    static MEMO: RefCell<LruCache<MemoKey, Rc<Vec<f32>>>> = RefCell::new(LruCache::new(MEMO_ENTRIES));
 }
 
 /// The embedding `[dim] f32` of `text` with `model`'s current session settings, from this
 /// backend's memo, or computed by `compute` and kept. The key is the session's key (model name,
 /// files, provider and settings), so a changed setting or a re-registered model never returns an
 /// old vector; registering or dropping a model clears the memo with the sessions.
-pub fn memoized_embedding(model: &ModelRow, text: &str, compute: impl FnOnce() -> Result<Vec<f32>>) -> Result<std::rc::Rc<Vec<f32>>> {
+pub fn memoized_embedding(
+    model: &ModelRow,
+    text: &str,
+    compute: impl FnOnce() -> Result<Vec<f32>>,
+) -> Result<Rc<Vec<f32>>> {
     if text.len() > MEMO_MAX_TEXT {
-        return Ok(std::rc::Rc::new(compute()?));
+        return Ok(Rc::new(compute()?));
     }
-    let key: Key = (model.name.clone(), model.embedder_config(), gucs::gpu_fp16());
-    let hit = MEMO.with(|cell| cell.borrow().iter().rev().find(|(t, k, _)| t == text && *k == key).map(|(_, _, v)| v.clone()));
-    if let Some(v) = hit {
+    let key: MemoKey = (
+        text.to_owned(),
+        (
+            model.name.clone(),
+            model.embedder_config(),
+            gucs::gpu_fp16(),
+        ),
+    );
+    if let Some(v) = MEMO.with(|cell| cell.borrow_mut().get(&key).cloned()) {
         return Ok(v);
     }
-    let v = std::rc::Rc::new(compute()?);
-    MEMO.with(|cell| {
-        let mut memo = cell.borrow_mut();
-        if memo.len() >= MEMO_ENTRIES {
-            memo.pop_front();
-        }
-        memo.push_back((text.to_owned(), key, v.clone()));
-    });
+    let v = Rc::new(compute()?);
+    MEMO.with(|cell| cell.borrow_mut().put(key, v.clone()));
     Ok(v)
 }
 

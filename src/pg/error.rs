@@ -18,11 +18,18 @@ pub enum TributaryError {
 
     /// 22000, worded as pgvector words its dimension errors.
     #[error("expected {expected} dimensions, not {actual}")]
-    Dimension { expected: usize, actual: usize, detail: String },
+    Dimension {
+        expected: usize,
+        actual: usize,
+        detail: String,
+    },
 
     /// 22023
     #[error("{message}")]
-    InvalidArgument { message: String, hint: Option<String> },
+    InvalidArgument {
+        message: String,
+        hint: Option<String>,
+    },
 
     /// 22004
     #[error("{0} must not be NULL")]
@@ -35,6 +42,10 @@ pub enum TributaryError {
     /// 42804
     #[error("column \"{column}\" is of type {actual}, not vector or halfvec")]
     WrongColumnType { column: String, actual: String },
+
+    /// 42704: pgvector's `vector` or `halfvec` type cannot be found.
+    #[error("type {0} does not exist: is the vector extension installed?")]
+    VectorType(String),
 
     /// 42501
     #[error("{0}")]
@@ -63,7 +74,11 @@ pub enum TributaryError {
 
     /// 58P01 / 22P02 when a model's metadata file is missing or unreadable.
     #[error("could not read model metadata \"{path}\"")]
-    ModelMetadata { path: String, reason: String, missing: bool },
+    ModelMetadata {
+        path: String,
+        reason: String,
+        missing: bool,
+    },
 }
 
 pub type Result<T, E = TributaryError> = std::result::Result<T, E>;
@@ -127,6 +142,7 @@ impl From<TributaryError> for ErrorReport {
                 None,
                 Some("The target column must be of pgvector's type vector(n) or halfvec(n)."),
             ),
+            T::VectorType(_) => report(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT, None, Some("Install pgvector: CREATE EXTENSION vector.")),
             T::Privilege(_) => report(
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
                 None,

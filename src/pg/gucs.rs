@@ -41,13 +41,15 @@ pub enum GpuOverflow {
 }
 
 /// Default model name; must be in `tributary.models`.
-static MODEL: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"all-MiniLM-L6-v2"));
+static MODEL: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"all-MiniLM-L6-v2"));
 /// Empty means `$pkglibdir/tributary/libonnxruntime.so`, where `scripts/setup.sh` puts it.
 static ORT_LIBRARY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// Empty means `$sharedir/tributary/models`, where `scripts/setup.sh` puts prepared models.
 static MODEL_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `auto`: CUDA when the ORT library has it and a GPU answers, else CPU (the reason is logged).
-static EXECUTION_PROVIDER: GucSetting<ExecutionProvider> = GucSetting::<ExecutionProvider>::new(ExecutionProvider::Auto);
+static EXECUTION_PROVIDER: GucSetting<ExecutionProvider> =
+    GucSetting::<ExecutionProvider>::new(ExecutionProvider::Auto);
 /// Padded tokens per ONNX Runtime run. On the 2-vCPU CPU machine, tributary_embed over 2,000
 /// Debian descriptions ran at 97-103 rows/s with budgets of 512 to 2048 tokens and slowed past
 /// that (90 at 4096, 85 at 16384, 75 at 32768; benches/embed_column.sh, BENCHMARKS.md): larger
@@ -76,6 +78,11 @@ static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(true);
 static MAX_GPU_SESSIONS: GucSetting<i32> = GucSetting::<i32>::new(4);
 static GPU_OVERFLOW: GucSetting<GpuOverflow> = GucSetting::<GpuOverflow>::new(GpuOverflow::Cpu);
 
+/// Most job workers at once (the upper bound of `tributary.max_workers`), and most databases
+/// asking for workers at once: the jobs' shared memory (src/worker/registry.rs) has this many
+/// entries of each. sql/jobs.sql bounds a job's `workers` by the same 32.
+pub const MAX_SLOTS: usize = 32;
+
 /// Job workers (not counting the launcher) across the cluster; each takes a
 /// `max_worker_processes` slot while it runs.
 static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
@@ -91,7 +98,7 @@ pub fn init() {
         c"Each takes one of max_worker_processes; the launcher takes one more. 0 stops starting workers.",
         &MAX_WORKERS,
         0,
-        crate::worker::MAX_SLOTS as i32,
+        MAX_SLOTS as i32,
         GucContext::Sighup,
         GucFlags::default(),
     );
@@ -277,7 +284,10 @@ pub fn init() {
 }
 
 fn string(setting: &GucSetting<Option<CString>>) -> Option<String> {
-    setting.get().map(|s| s.to_string_lossy().into_owned()).filter(|s| !s.is_empty())
+    setting
+        .get()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
 }
 
 pub fn model() -> Option<String> {
@@ -286,12 +296,16 @@ pub fn model() -> Option<String> {
 
 /// The ONNX Runtime library to load: the setting, else `$libdir/tributary/libonnxruntime.so`.
 pub fn ort_library() -> PathBuf {
-    string(&ORT_LIBRARY).map(PathBuf::from).unwrap_or_else(|| pkglib_dir().join("tributary/libonnxruntime.so"))
+    string(&ORT_LIBRARY)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| pkglib_dir().join("tributary/libonnxruntime.so"))
 }
 
 /// Base directory for relative model paths: the setting, else `$sharedir/tributary/models`.
 pub fn model_path() -> PathBuf {
-    string(&MODEL_PATH).map(PathBuf::from).unwrap_or_else(|| share_dir().join("tributary/models"))
+    string(&MODEL_PATH)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| share_dir().join("tributary/models"))
 }
 
 pub fn execution_provider() -> ProviderChoice {
@@ -311,7 +325,8 @@ pub fn gpu_memory_limit_mb() -> usize {
 /// TensorRT cache directory: the setting (relative paths are in the data directory), else
 /// `$PGDATA/tributary_tensorrt`.
 pub fn tensorrt_cache_path() -> PathBuf {
-    let p = PathBuf::from(string(&TENSORRT_CACHE_PATH).unwrap_or_else(|| "tributary_tensorrt".into()));
+    let p =
+        PathBuf::from(string(&TENSORRT_CACHE_PATH).unwrap_or_else(|| "tributary_tensorrt".into()));
     if p.is_absolute() {
         p
     } else {
@@ -323,7 +338,14 @@ pub fn tensorrt_cache_path() -> PathBuf {
 
 /// Directories to load CUDA/cuDNN libraries from before the CUDA provider (may be empty).
 pub fn cuda_library_path() -> Vec<PathBuf> {
-    string(&CUDA_LIBRARY_PATH).map(|s| s.split(':').filter(|d| !d.is_empty()).map(PathBuf::from).collect()).unwrap_or_default()
+    string(&CUDA_LIBRARY_PATH)
+        .map(|s| {
+            s.split(':')
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn io_binding() -> bool {
@@ -364,32 +386,68 @@ pub fn max_texts_per_call() -> usize {
 
 /// Threads a value of `tributary.intra_op_threads` means (0: every core).
 fn effective_threads(v: i64) -> i64 {
-    if v == 0 { std::thread::available_parallelism().map_or(1, |n| n.get() as i64) } else { v }
+    if v == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get() as i64)
+    } else {
+        v
+    }
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn check_max_batch_tokens(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+unsafe extern "C-unwind" fn check_max_batch_tokens(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
     // SAFETY: newval points at the proposed value.
-    no_raise(c"tributary.max_batch_tokens", unsafe { *newval } as i64, source, |v| v)
+    no_raise(
+        c"tributary.max_batch_tokens",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+    )
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn check_intra_op_threads(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+unsafe extern "C-unwind" fn check_intra_op_threads(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
     // SAFETY: as above.
-    no_raise(c"tributary.intra_op_threads", unsafe { *newval } as i64, source, effective_threads)
+    no_raise(
+        c"tributary.intra_op_threads",
+        unsafe { *newval } as i64,
+        source,
+        effective_threads,
+    )
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn check_max_texts_per_call(newval: *mut c_int, _extra: *mut *mut c_void, source: pg_sys::GucSource::Type) -> bool {
+unsafe extern "C-unwind" fn check_max_texts_per_call(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
     // SAFETY: as above.
-    no_raise(c"tributary.max_texts_per_call", unsafe { *newval } as i64, source, |v| v)
+    no_raise(
+        c"tributary.max_texts_per_call",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+    )
 }
 
 /// Check hook of the resource settings: values from the server configuration, ALTER DATABASE
 /// and ALTER ROLE (checked when those were set, with source PGC_S_TEST) pass; a value from a
 /// client or a SET passes when it is at most the reset value (as `measure` compares them) or
 /// the current role is a superuser. Otherwise the SET fails with 42501.
-fn no_raise(name: &'static CStr, value: i64, source: pg_sys::GucSource::Type, measure: fn(i64) -> i64) -> bool {
+fn no_raise(
+    name: &'static CStr,
+    value: i64,
+    source: pg_sys::GucSource::Type,
+    measure: fn(i64) -> i64,
+) -> bool {
     if source <= pg_sys::GucSource::PGC_S_DATABASE_USER {
         return true;
     }
@@ -397,7 +455,14 @@ fn no_raise(name: &'static CStr, value: i64, source: pg_sys::GucSource::Type, me
     // hook is its own); superuser() reads the catalog, so only inside a transaction.
     let (reset, is_superuser) = unsafe {
         let r = pg_sys::GetConfigOptionResetString(name.as_ptr());
-        let reset = if r.is_null() { None } else { CStr::from_ptr(r).to_str().ok().and_then(|s| s.parse::<i64>().ok()) };
+        let reset = if r.is_null() {
+            None
+        } else {
+            CStr::from_ptr(r)
+                .to_str()
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+        };
         (reset, pg_sys::IsTransactionState() && pg_sys::superuser())
     };
     let Some(reset) = reset else { return true };
@@ -407,7 +472,11 @@ fn no_raise(name: &'static CStr, value: i64, source: pg_sys::GucSource::Type, me
     // SAFETY: the GUC_check_* strings are palloc'd here and read by the caller's ereport.
     unsafe {
         pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE as i32);
-        let msg = CString::new(format!("permission denied to raise \"{}\" above {reset}", name.to_string_lossy())).unwrap_or_default();
+        let msg = CString::new(format!(
+            "permission denied to raise \"{}\" above {reset}",
+            name.to_string_lossy()
+        ))
+        .unwrap_or_default();
         pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(msg.as_ptr());
         pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(
             c"This setting sizes the threads or memory of a backend; only a superuser may raise it above its reset value.".as_ptr(),
@@ -448,7 +517,14 @@ fn share_dir() -> PathBuf {
     let mut buf = [0 as std::ffi::c_char; pg_sys::MAXPGPATH as usize];
     // SAFETY: get_share_path writes at most MAXPGPATH bytes, NUL-terminated.
     unsafe {
-        pg_sys::get_share_path(std::ptr::addr_of!(pg_sys::my_exec_path).cast(), buf.as_mut_ptr());
-        PathBuf::from(std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
+        pg_sys::get_share_path(
+            std::ptr::addr_of!(pg_sys::my_exec_path).cast(),
+            buf.as_mut_ptr(),
+        );
+        PathBuf::from(
+            std::ffi::CStr::from_ptr(buf.as_ptr())
+                .to_string_lossy()
+                .into_owned(),
+        )
     }
 }

@@ -1,8 +1,12 @@
-//! PostgreSQL glue: settings, errors, the model catalog and session cache, vector datums.
+//! PostgreSQL glue: settings, errors, the model catalog and session cache, vector datums, table
+//! descriptions, roles, background workers' transactions.
 
 pub mod catalog;
 pub mod error;
 pub mod gpu;
 pub mod gucs;
 pub mod name;
+pub mod relation;
+pub mod roles;
 pub mod vector;
+pub mod xact;

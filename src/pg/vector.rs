@@ -10,10 +10,32 @@ use std::cell::Cell;
 use half::f16;
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
+use pgrx::prelude::*;
+
+use crate::pg::error::{raise, spi_error, OrRaise, TributaryError};
+
+/// Which of pgvector's types a target column is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorType {
+    /// `vector`: f32 values.
+    Vector,
+    /// `halfvec`: f16 values.
+    HalfVec,
+}
+
+impl VectorType {
+    /// From a type name (`pg_type.typname`): `vector` or `halfvec`, else `None`.
+    pub fn from_name(typname: &str) -> Option<Self> {
+        match typname {
+            "vector" => Some(VectorType::Vector),
+            "halfvec" => Some(VectorType::HalfVec),
+            _ => None,
+        }
+    }
+}
 
 /// A `vector` value: `[dim] f32`.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +52,11 @@ impl IntoDatum for Vector {
             let ptr = pg_sys::palloc0(size) as *mut u8;
             pgrx::set_varsize_4b(ptr.cast(), size as i32);
             (ptr.add(4) as *mut i16).write_unaligned(self.0.len() as i16);
-            std::ptr::copy_nonoverlapping(self.0.as_ptr(), ptr.add(HEADER) as *mut f32, self.0.len());
+            std::ptr::copy_nonoverlapping(
+                self.0.as_ptr(),
+                ptr.add(HEADER) as *mut f32,
+                self.0.len(),
+            );
             Some(pg_sys::Datum::from(ptr))
         }
     }
@@ -52,7 +78,11 @@ impl IntoDatum for HalfVec {
             let ptr = pg_sys::palloc0(size) as *mut u8;
             pgrx::set_varsize_4b(ptr.cast(), size as i32);
             (ptr.add(4) as *mut i16).write_unaligned(self.0.len() as i16);
-            std::ptr::copy_nonoverlapping(self.0.as_ptr().cast::<u16>(), ptr.add(HEADER) as *mut u16, self.0.len());
+            std::ptr::copy_nonoverlapping(
+                self.0.as_ptr().cast::<u16>(),
+                ptr.add(HEADER) as *mut u16,
+                self.0.len(),
+            );
             Some(pg_sys::Datum::from(ptr))
         }
     }
@@ -70,6 +100,7 @@ thread_local! {
 }
 
 /// Oid of pgvector's `vector` type, found through the `vector` extension (not search_path).
+/// Errors: 42704 when the vector extension has no such type.
 pub fn vector_type_oid() -> pg_sys::Oid {
     VECTOR_OID.with(|c| pgvector_type(c, "vector"))
 }
@@ -88,9 +119,9 @@ fn pgvector_type(cache: &Cell<pg_sys::Oid>, name: &str) -> pg_sys::Oid {
              WHERE e.extname = 'vector' AND t.typname = $1",
             &[name.into()],
         )
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| pgrx::error!("type {name} does not exist: is the vector extension installed?"));
+        .map_err(spi_error)
+        .or_raise()
+        .unwrap_or_else(|| raise(TributaryError::VectorType(name.to_owned())));
         cache.set(oid);
     }
     cache.get()
@@ -100,12 +131,16 @@ unsafe impl SqlTranslatable for Vector {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Vector);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("vector"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("vector")));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("vector")));
 }
 
 // SAFETY: the datum is returned to the caller of the function, as BoxRet requires.
 unsafe impl pgrx::callconv::BoxRet for Vector {
-    unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
+    unsafe fn box_into<'fcx>(
+        self,
+        fcinfo: &mut pgrx::callconv::FcInfo<'fcx>,
+    ) -> pgrx::datum::Datum<'fcx> {
         match self.into_datum() {
             Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
             None => fcinfo.return_null(),

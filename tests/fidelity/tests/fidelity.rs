@@ -18,7 +18,8 @@ use tokenizers::{Tokenizer, TruncationParams};
 const MIN_COSINE: f32 = 0.9999;
 
 fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
 }
 
 struct Reference {
@@ -29,34 +30,61 @@ struct Reference {
 
 impl Reference {
     fn load(dir: &Path) -> Result<Self> {
-        let config: Config = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu)? };
+        let config: Config =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &Device::Cpu,
+            )?
+        };
         let model = BertModel::load(vb, &config)?;
-        let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("sentence_bert_config.json"))?)?;
+        let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+            dir.join("sentence_bert_config.json"),
+        )?)?;
         let max_length = st["max_seq_length"].as_u64().context("max_seq_length")? as usize;
         let pooling: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("1_Pooling/config.json"))?)?;
         let mean_pooling = pooling["pooling_mode_mean_tokens"].as_bool() == Some(true);
-        assert!(mean_pooling || pooling["pooling_mode_cls_token"].as_bool() == Some(true), "mean or CLS pooling");
-        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(anyhow::Error::msg)?;
+        assert!(
+            mean_pooling || pooling["pooling_mode_cls_token"].as_bool() == Some(true),
+            "mean or CLS pooling"
+        );
+        let mut tokenizer =
+            Tokenizer::from_file(dir.join("tokenizer.json")).map_err(anyhow::Error::msg)?;
         // tokenizer.json may carry its own truncation/padding settings: set them explicitly.
         tokenizer
-            .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+            .with_truncation(Some(TruncationParams {
+                max_length,
+                ..Default::default()
+            }))
             .map_err(anyhow::Error::msg)?;
         tokenizer.with_padding(None);
-        Ok(Reference { model, tokenizer, mean_pooling })
+        Ok(Reference {
+            model,
+            tokenizer,
+            mean_pooling,
+        })
     }
 
     /// One text at a time (no padding at all): `[dim]` f32, L2-normalised.
     fn embed(&self, text: &str) -> Result<Vec<f32>> {
-        let enc = self.tokenizer.encode(text, true).map_err(anyhow::Error::msg)?;
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(anyhow::Error::msg)?;
         let ids: Vec<u32> = enc.get_ids().to_vec();
         let n = ids.len();
         let input = Tensor::new(ids.as_slice(), &Device::Cpu)?.unsqueeze(0)?;
         let types = input.zeros_like()?;
         let mask = Tensor::ones((1, n), DType::U32, &Device::Cpu)?;
         let hidden = self.model.forward(&input, &types, Some(&mask))?; // [1, n, dim]
-        let pooled = if self.mean_pooling { hidden.mean(1)? } else { hidden.get_on_dim(1, 0)? }; // [1, dim]
+        let pooled = if self.mean_pooling {
+            hidden.mean(1)?
+        } else {
+            hidden.get_on_dim(1, 0)?
+        }; // [1, dim]
         let v: Vec<f32> = pooled.squeeze(0)?.to_vec1()?;
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
         Ok(v.into_iter().map(|x| x / norm).collect())
@@ -74,18 +102,34 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 fn sql_matches_candle() -> Result<()> {
     let checkpoint = PathBuf::from(env("TRIBUTARY_CHECKPOINT"));
     let dsn = env("TRIBUTARY_FIDELITY_DSN");
-    let texts: Vec<String> =
-        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("texts.json"))?)?;
+    let texts: Vec<String> = serde_json::from_str(&std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("texts.json"),
+    )?)?;
     assert!(texts.len() >= 200, "at least 200 texts");
-    assert!(texts.iter().any(String::is_empty), "the empty string is covered");
-    assert!(texts.iter().any(|t| !t.is_ascii()), "non-ASCII text is covered");
+    assert!(
+        texts.iter().any(String::is_empty),
+        "the empty string is covered"
+    );
+    assert!(
+        texts.iter().any(|t| !t.is_ascii()),
+        "non-ASCII text is covered"
+    );
 
     let reference = Reference::load(&checkpoint)?;
     let truncated = texts
         .iter()
-        .filter(|t| reference.tokenizer.encode(t.as_str(), true).map(|e| !e.get_overflowing().is_empty()).unwrap_or(false))
+        .filter(|t| {
+            reference
+                .tokenizer
+                .encode(t.as_str(), true)
+                .map(|e| !e.get_overflowing().is_empty())
+                .unwrap_or(false)
+        })
         .count();
-    assert!(truncated >= 5, "texts long enough to be truncated are covered ({truncated})");
+    assert!(
+        truncated >= 5,
+        "texts long enough to be truncated are covered ({truncated})"
+    );
 
     let mut client = postgres::Client::connect(&dsn, postgres::NoTls)?;
     // One batched call for all texts (exercises length sorting, token-budget batches and padding).
@@ -121,9 +165,17 @@ fn sql_matches_candle() -> Result<()> {
         mean
     );
     for (c, i) in scored.iter().take(5) {
-        println!("  worst: {c:.7}  {:?}", texts[*i].chars().take(40).collect::<String>());
+        println!(
+            "  worst: {c:.7}  {:?}",
+            texts[*i].chars().take(40).collect::<String>()
+        );
     }
     let bad: Vec<_> = scored.iter().filter(|s| s.0 < MIN_COSINE).collect();
-    assert!(bad.is_empty(), "{} texts below cosine {MIN_COSINE}, worst {:.6}", bad.len(), scored[0].0);
+    assert!(
+        bad.is_empty(),
+        "{} texts below cosine {MIN_COSINE}, worst {:.6}",
+        bad.len(),
+        scored[0].0
+    );
     Ok(())
 }

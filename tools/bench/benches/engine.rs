@@ -1,10 +1,10 @@
-//! Criterion benchmark of tributary's inference engine (`src/engine`, included by path, no
+//! Criterion benchmark of tributary's inference engine (the `tributary-engine` crate, no
 //! PostgreSQL): rows/s and tokens/s of `Embedder::embed` over real, mixed-length Debian package
 //! descriptions, swept over the engine's chunk size, the input length and the texts per call.
 //!
 //! ```text
-//! cargo bench --manifest-path tools/bench/Cargo.toml --bench engine            # all groups
-//! cargo bench --manifest-path tools/bench/Cargo.toml --bench engine -- chunk_size   # one group
+//! cargo bench -p tributary-bench --bench engine                  # all groups
+//! cargo bench -p tributary-bench --bench engine -- chunk_size    # one group
 //! ```
 //!
 //! # Inputs
@@ -12,21 +12,21 @@
 //! * `TRIBUTARY_ORT`: the ONNX Runtime shared library (default `ort/lib/libonnxruntime.so.1.31.1`
 //!   in the repository).
 //! * `TRIBUTARY_MODEL_DIR`: a model directory with `tributary.json` (its `files.fp32`,
-//!   `files.tokenizer`, `dimension` and `max_length` are used; default
-//!   `ort/models/all-MiniLM-L6-v2`).
+//!   `files.tokenizer` or `tokenizer.json`, `dimension` and `max_length` are used, read as the
+//!   extension reads them; default `ort/models/all-MiniLM-L6-v2`).
 //! * `TRIBUTARY_TEXTS`: real texts, one per line, a newline inside a text written as the two
-//!   characters `\n` (default `tools/bench/target/debian_texts.txt`). Made once, in about 5 s,
+//!   characters `\n` (default `target/debian_texts.txt`). Made once, in about 5 s,
 //!   from the apt lists `scripts/debian_data.py` caches (see /work/shared/DATA.md), by this step,
 //!   run from the repository root (1024 descriptions, a deterministic sample by name hash, in
 //!   package-name order; 424 characters on average, median 357, longest 5109):
 //!
 //!   ```text
-//!   mkdir -p tools/bench/target && python3 -c '
+//!   mkdir -p target && python3 -c '
 //!   import sys; sys.path.insert(0, "scripts"); import debian_data as d
 //!   p, _ = d.load_index(d.CACHE)
 //!   with open(sys.argv[1], "w") as f:
 //!       for n in sorted(d.sample(p, 1024)): f.write(p[n][5].replace("\n", "\\n") + "\n")
-//!   ' tools/bench/target/debian_texts.txt
+//!   ' target/debian_texts.txt
 //!   ```
 //! * `TRIBUTARY_BENCH_ROWS`: rows embedded per timed iteration (default 128: the first 128 texts
 //!   of the file), see "Run time" below.
@@ -67,7 +67,7 @@
 //! runs). tokens/s = tokens / (criterion's mean time per iteration). At the end a table of rows/s
 //! and tokens/s per point is printed from criterion's `new/estimates.json` (mean).
 //! `<criterion dir>` is criterion's: `$CRITERION_HOME`, else `$CARGO_TARGET_DIR/criterion`, else
-//! `tools/bench/target/criterion`.
+//! `target/criterion` in the repository (the workspace's target directory).
 //!
 //! # Run time
 //!
@@ -83,10 +83,6 @@
 //! `TRIBUTARY_BENCH_ROWS=64` roughly halves the first two groups, 512 (the size the issue had in
 //! mind) makes them about 4x longer.
 
-#[path = "../../../src/engine/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod engine;
-
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -94,7 +90,7 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
-use engine::{Embedder, EmbedderConfig, ProviderChoice};
+use tributary_engine::{self as engine, Embedder, EmbedderConfig, Manifest, ProviderChoice};
 
 /// The default chunk size (`tributary.max_batch_tokens`), in padded tokens per ORT run.
 const DEFAULT_CHUNK: usize = 2048;
@@ -108,7 +104,9 @@ fn repo() -> PathBuf {
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| repo().join(default))
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(default))
 }
 
 fn die(msg: &str) -> ! {
@@ -139,9 +137,12 @@ impl Bench {
     fn load() -> Bench {
         let ort_lib = env_path("TRIBUTARY_ORT", "ort/lib/libonnxruntime.so.1.31.1");
         let model_dir = env_path("TRIBUTARY_MODEL_DIR", "ort/models/all-MiniLM-L6-v2");
-        let texts_file = env_path("TRIBUTARY_TEXTS", "tools/bench/target/debian_texts.txt");
+        let texts_file = env_path("TRIBUTARY_TEXTS", "target/debian_texts.txt");
         let rows: usize = std::env::var("TRIBUTARY_BENCH_ROWS")
-            .map(|v| v.parse().unwrap_or_else(|_| die("TRIBUTARY_BENCH_ROWS: not a number")))
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| die("TRIBUTARY_BENCH_ROWS: not a number"))
+            })
             .unwrap_or(128);
         if rows == 0 {
             die("TRIBUTARY_BENCH_ROWS must be at least 1");
@@ -154,26 +155,48 @@ impl Bench {
                 texts_file.display()
             ))
         });
-        let texts: Vec<String> = raw.lines().filter(|l| !l.is_empty()).map(|l| l.replace("\\n", "\n")).collect();
+        let texts: Vec<String> = raw
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.replace("\\n", "\n"))
+            .collect();
         let need = rows.max(CALL_ROWS[CALL_ROWS.len() - 1]);
         if texts.len() < need {
-            die(&format!("{} has {} texts; the benchmark needs at least {need}", texts_file.display(), texts.len()));
+            die(&format!(
+                "{} has {} texts; the benchmark needs at least {need}",
+                texts_file.display(),
+                texts.len()
+            ));
         }
 
-        let meta_file = model_dir.join("tributary.json");
-        let meta: serde_json::Value = std::fs::read_to_string(&meta_file)
-            .map_err(|e| e.to_string())
-            .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
-            .unwrap_or_else(|e| die(&format!("{}: {e} (set TRIBUTARY_MODEL_DIR to a model directory)", meta_file.display())));
-        let num = |k: &str| meta[k].as_u64().unwrap_or_else(|| die(&format!("{}: no number \"{k}\"", meta_file.display()))) as usize;
-        let file = |k: &str| model_dir.join(meta["files"][k].as_str().unwrap_or_else(|| die(&format!("{}: no files.{k}", meta_file.display()))));
-        let mut config = EmbedderConfig::new(file("fp32"), file("tokenizer"), num("max_length"), num("dimension"));
-        config.provider = match std::env::var("TRIBUTARY_PROVIDER").as_deref().unwrap_or("cpu") {
+        let meta = Manifest::from_dir(&model_dir).unwrap_or_else(|e| {
+            die(&format!(
+                "{e} (set TRIBUTARY_MODEL_DIR to a model directory)"
+            ))
+        });
+        let fp32 = meta.graph("fp32").unwrap_or_else(|| {
+            die(&format!(
+                "{}: no fp32 graph in tributary.json",
+                model_dir.display()
+            ))
+        });
+        let mut config = EmbedderConfig::new(
+            model_dir.join(fp32),
+            model_dir.join(meta.tokenizer()),
+            meta.max_length,
+            meta.dimension,
+        );
+        config.provider = match std::env::var("TRIBUTARY_PROVIDER")
+            .as_deref()
+            .unwrap_or("cpu")
+        {
             "cpu" => ProviderChoice::Cpu,
             "cuda" => ProviderChoice::Cuda,
             "tensorrt" => ProviderChoice::TensorRt,
             "auto" => ProviderChoice::Auto,
-            p => die(&format!("TRIBUTARY_PROVIDER: unknown provider {p} (cpu, cuda, tensorrt, auto)")),
+            p => die(&format!(
+                "TRIBUTARY_PROVIDER: unknown provider {p} (cpu, cuda, tensorrt, auto)"
+            )),
         };
 
         let rt = engine::model::runtime(&ort_lib)
@@ -190,29 +213,58 @@ impl Bench {
             texts.len(),
             texts_file.display(),
         );
-        Bench { embedder, texts, rows, costs: Vec::new() }
+        Bench {
+            embedder,
+            texts,
+            rows,
+            costs: Vec::new(),
+        }
     }
 
     /// `n` synthetic texts of exactly `k` tokens each with this model's tokenizer (special
     /// tokens included), rows differing in their words; checked by tokenizing them.
     fn uniform(&self, n: usize, k: usize) -> Vec<String> {
-        const WORDS: [&str; 12] = ["data", "table", "index", "query", "vector", "row", "model", "text", "search", "server", "file", "system"];
+        const WORDS: [&str; 12] = [
+            "data", "table", "index", "query", "vector", "row", "model", "text", "search",
+            "server", "file", "system",
+        ];
         let tok = self.embedder.tokenizer();
-        let words = k.checked_sub(tok.count_special()).unwrap_or_else(|| die(&format!("{k} tokens is fewer than the special tokens")));
-        let texts: Vec<String> = (0..n).map(|i| (0..words).map(|j| WORDS[(i * 7 + j) % WORDS.len()]).collect::<Vec<_>>().join(" ")).collect();
+        let words = k
+            .checked_sub(tok.count_special())
+            .unwrap_or_else(|| die(&format!("{k} tokens is fewer than the special tokens")));
+        let texts: Vec<String> = (0..n)
+            .map(|i| {
+                (0..words)
+                    .map(|j| WORDS[(i * 7 + j) % WORDS.len()])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let encoded = tok.encode(&refs).unwrap_or_else(|e| die(&format!("tokenizer: {e}")));
+        let encoded = tok
+            .encode(&refs)
+            .unwrap_or_else(|e| die(&format!("tokenizer: {e}")));
         if let Some(bad) = encoded.iter().find(|t| t.ids.len() != k) {
-            die(&format!("synthetic text tokenizes to {} tokens, not {k}", bad.ids.len()));
+            die(&format!(
+                "synthetic text tokenizes to {} tokens, not {k}",
+                bad.ids.len()
+            ));
         }
         texts
     }
 
     /// Embeds `texts` in calls of `per_call` texts at chunk size `chunk`; the timed unit.
     fn run(embedder: &mut Embedder, texts: &[&str], per_call: usize, chunk: usize) -> Cost {
-        let mut cost = Cost { rows: 0, tokens: 0, padded_tokens: 0, batches: 0 };
+        let mut cost = Cost {
+            rows: 0,
+            tokens: 0,
+            padded_tokens: 0,
+            batches: 0,
+        };
         for call in texts.chunks(per_call) {
-            let out = embedder.embed(call, chunk, &mut || {}).unwrap_or_else(|e| die(&format!("embed: {e}")));
+            let out = embedder
+                .embed(call, chunk, &mut || {})
+                .unwrap_or_else(|e| die(&format!("embed: {e}")));
             cost.rows += out.rows();
             cost.tokens += out.tokens;
             cost.padded_tokens += out.padded_tokens;
@@ -274,7 +326,15 @@ fn chunk_size(c: &mut Criterion, b: &mut Bench) {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut g = new_group(c, "chunk_size");
     for chunk in CHUNKS {
-        b.point(&mut g, "chunk_size", "chunk", &chunk.to_string(), &refs, refs.len(), chunk);
+        b.point(
+            &mut g,
+            "chunk_size",
+            "chunk",
+            &chunk.to_string(),
+            &refs,
+            refs.len(),
+            chunk,
+        );
     }
     g.finish();
 }
@@ -288,7 +348,15 @@ fn input_length(c: &mut Criterion, b: &mut Bench) {
     let mut g = new_group(c, "input_length");
     for (name, texts) in &sets {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        b.point(&mut g, "input_length", "len", name, &refs, refs.len(), DEFAULT_CHUNK);
+        b.point(
+            &mut g,
+            "input_length",
+            "len",
+            name,
+            &refs,
+            refs.len(),
+            DEFAULT_CHUNK,
+        );
     }
     g.finish();
 }
@@ -298,20 +366,29 @@ fn batch_rows(c: &mut Criterion, b: &mut Bench) {
     for per_call in CALL_ROWS {
         let texts: Vec<String> = b.texts[..b.rows.max(per_call)].to_vec();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        b.point(&mut g, "batch_rows", "rows", &per_call.to_string(), &refs, per_call, DEFAULT_CHUNK);
+        b.point(
+            &mut g,
+            "batch_rows",
+            "rows",
+            &per_call.to_string(),
+            &refs,
+            per_call,
+            DEFAULT_CHUNK,
+        );
     }
     g.finish();
 }
 
 /// Criterion's output directory, found the way criterion finds it (without `cargo metadata`:
-/// this workspace's target directory is `tools/bench/target` unless `CARGO_TARGET_DIR` moves it).
+/// the workspace's target directory is the repository's `target/` unless `CARGO_TARGET_DIR`
+/// moves it).
 fn criterion_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("CRITERION_HOME") {
         PathBuf::from(home)
     } else if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
         PathBuf::from(target).join("criterion")
     } else {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/criterion")
+        repo().join("target/criterion")
     }
 }
 
@@ -321,15 +398,20 @@ fn criterion_dir() -> PathBuf {
 fn report(costs: &[(String, Cost)]) {
     let dir = criterion_dir();
     let file = dir.join("tributary_tokens.json");
-    let mut all: BTreeMap<String, serde_json::Value> =
-        std::fs::read_to_string(&file).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+    let mut all: BTreeMap<String, serde_json::Value> = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
     for (key, c) in costs {
         all.insert(
             key.clone(),
             serde_json::json!({"rows": c.rows, "tokens": c.tokens, "padded_tokens": c.padded_tokens, "batches": c.batches}),
         );
     }
-    if std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&file, serde_json::to_string_pretty(&all).unwrap())).is_err() {
+    if std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&file, serde_json::to_string_pretty(&all).unwrap()))
+        .is_err()
+    {
         eprintln!("benches/engine: could not write {}", file.display());
     }
     // Under --test or --list criterion measured nothing: old estimates would be misleading.

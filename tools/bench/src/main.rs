@@ -1,5 +1,5 @@
 //! Engine-only measurements of tributary's inference engine, outside PostgreSQL: the same code as
-//! the extension (`src/engine`, included by path), driven from a command line.
+//! the extension (the `tributary-engine` crate, crates/engine), driven from a command line.
 //!
 //! ```text
 //! tributary-bench check --ort LIB --model-dir DIR --texts FILE [--rows N] [--provider cuda]
@@ -31,21 +31,21 @@
 //! Every call's first output row is checked to be a unit vector, so a run that silently returns
 //! zeros is an error rather than a fast number.
 //!
-//! The model directory is what `ort/scripts/export_model.py` writes: `tributary.json` (read for
-//! `dimension`, `max_length` and `files.fp32` / `files.fp16` / `files.tokenizer`) and those files.
-
-#[path = "../../../src/engine/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod engine;
+//! The model directory is what `ort/scripts/export_model.py` writes: `tributary.json` (read as the
+//! extension reads it, [`tributary_engine::Manifest`]: `dimension`, `max_length`, the graphs
+//! `files.fp32` / `files.fp16` / `files.int8` and `files.tokenizer`, `tokenizer.json` when absent)
+//! and those files.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use engine::{Embedder, EmbedderConfig, Embeddings, ProviderChoice};
+use tributary_engine::{
+    self as engine, Embedder, EmbedderConfig, Embeddings, Manifest, ProviderChoice,
+};
 
-/// What the benchmark needs from a model directory's `tributary.json`.
+/// What the benchmark needs from a model directory's `tributary.json`, as paths.
 struct ModelInfo {
     /// Embedding dimension (`[rows, dimension]` output).
     dimension: usize,
@@ -59,23 +59,22 @@ struct ModelInfo {
     tokenizer: PathBuf,
 }
 
+/// Reads `dir/tributary.json`; no fp32 graph is an error, as `tributary_register_model()` makes it.
 fn read_model_info(dir: &Path) -> ModelInfo {
-    let path = dir.join("tributary.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
-    let meta: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
-    let count = |name: &str| -> usize {
-        meta.get(name)
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or_else(|| die(&format!("{}: no positive integer \"{name}\"", path.display()))) as usize
-    };
-    let file = |key: &str| meta.get("files").and_then(|f| f.get(key)).and_then(serde_json::Value::as_str).map(|f| dir.join(f));
+    let meta = Manifest::from_dir(dir).unwrap_or_else(|e| die(&e.to_string()));
+    let graph = |precision: &str| meta.graph(precision).map(|f| dir.join(f));
     ModelInfo {
-        dimension: count("dimension"),
-        max_length: count("max_length"),
-        fp32: file("fp32").unwrap_or_else(|| dir.join("model.onnx")),
-        fp16: file("fp16"),
-        int8: file("int8"),
-        tokenizer: file("tokenizer").unwrap_or_else(|| dir.join("tokenizer.json")),
+        dimension: meta.dimension,
+        max_length: meta.max_length,
+        fp32: graph("fp32").unwrap_or_else(|| {
+            die(&format!(
+                "{}: no fp32 graph in tributary.json",
+                dir.display()
+            ))
+        }),
+        fp16: graph("fp16"),
+        int8: graph("int8"),
+        tokenizer: dir.join(meta.tokenizer()),
     }
 }
 
@@ -88,14 +87,32 @@ fn main() {
     let mut opts: HashMap<String, String> = HashMap::new();
     let mut it = args[1..].iter();
     while let Some(k) = it.next() {
-        let v = it.next().unwrap_or_else(|| die(&format!("{k} needs a value")));
+        let v = it
+            .next()
+            .unwrap_or_else(|| die(&format!("{k} needs a value")));
         opts.insert(k.trim_start_matches("--").to_owned(), v.clone());
     }
-    let get = |k: &str| opts.get(k).cloned().unwrap_or_else(|| die(&format!("--{k} is required")));
-    let num = |k: &str, d: usize| opts.get(k).map(|v| v.parse().unwrap_or_else(|_| die(&format!("--{k}: not a number")))).unwrap_or(d);
+    let get = |k: &str| {
+        opts.get(k)
+            .cloned()
+            .unwrap_or_else(|| die(&format!("--{k} is required")))
+    };
+    let num = |k: &str, d: usize| {
+        opts.get(k)
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| die(&format!("--{k}: not a number")))
+            })
+            .unwrap_or(d)
+    };
     let dirs: Vec<PathBuf> = opts
         .get("cuda-library-path")
-        .map(|s| s.split(':').filter(|d| !d.is_empty()).map(PathBuf::from).collect())
+        .map(|s| {
+            s.split(':')
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .collect()
+        })
         .unwrap_or_default();
     // Before ONNX Runtime is loaded, as the extension does: the CUDA provider resolves its
     // dependencies by soname against what is already in the process.
@@ -103,7 +120,8 @@ fn main() {
     if !failed.is_empty() {
         eprintln!("preload: {failed}");
     }
-    let rt = engine::model::runtime(Path::new(&get("ort"))).unwrap_or_else(|e| die(&format!("{e}: {e:?}")));
+    let rt = engine::model::runtime(Path::new(&get("ort")))
+        .unwrap_or_else(|e| die(&format!("{e}: {e:?}")));
     eprintln!("onnx runtime {} from {}", rt.version, rt.library.display());
     let dir = PathBuf::from(get("model-dir"));
     let info = read_model_info(&dir);
@@ -114,7 +132,12 @@ fn main() {
         "auto" => ProviderChoice::Auto,
         p => die(&format!("unknown provider {p}")),
     };
-    let mut config = EmbedderConfig::new(info.fp32.clone(), info.tokenizer.clone(), info.max_length, info.dimension);
+    let mut config = EmbedderConfig::new(
+        info.fp32.clone(),
+        info.tokenizer.clone(),
+        info.max_length,
+        info.dimension,
+    );
     config.provider = provider;
     config.intra_op_threads = num("threads", 0);
     config.io_binding = match opts.get("io-binding").map(String::as_str).unwrap_or("on") {
@@ -124,15 +147,29 @@ fn main() {
     };
     config.tensorrt_cache_dir = Some(std::env::temp_dir().join("tributary_tensorrt"));
     let graph = opts.get("graph").cloned().unwrap_or_else(|| {
-        if provider == ProviderChoice::Cpu || info.fp16.is_none() { "fp32".into() } else { "fp16".into() }
+        if provider == ProviderChoice::Cpu || info.fp16.is_none() {
+            "fp32".into()
+        } else {
+            "fp16".into()
+        }
     });
     match graph.as_str() {
         "fp32" => {}
         "int8" => {
-            config.model_file = info.int8.clone().unwrap_or_else(|| die(&format!("{}: no int8 graph in tributary.json", dir.display())));
+            config.model_file = info.int8.clone().unwrap_or_else(|| {
+                die(&format!(
+                    "{}: no int8 graph in tributary.json",
+                    dir.display()
+                ))
+            });
         }
         "fp16" => {
-            let fp16 = info.fp16.clone().unwrap_or_else(|| die(&format!("{}: no fp16 graph in tributary.json", dir.display())));
+            let fp16 = info.fp16.clone().unwrap_or_else(|| {
+                die(&format!(
+                    "{}: no fp16 graph in tributary.json",
+                    dir.display()
+                ))
+            });
             config.gpu_model_file = Some(fp16.clone());
             if provider == ProviderChoice::Cpu {
                 config.model_file = fp16;
@@ -140,7 +177,10 @@ fn main() {
         }
         g => die(&format!("--graph {g}: fp32, fp16 or int8")),
     }
-    let fixed_tokens = opts.get("fixed-tokens").map(|k| k.parse::<usize>().unwrap_or_else(|_| die("--fixed-tokens: not a number")));
+    let fixed_tokens = opts.get("fixed-tokens").map(|k| {
+        k.parse::<usize>()
+            .unwrap_or_else(|_| die("--fixed-tokens: not a number"))
+    });
     let texts = match fixed_tokens {
         Some(k) => synthetic_texts(k),
         None => load_texts(&get("texts")),
@@ -148,11 +188,26 @@ fn main() {
     let csv = opts.get("csv").map(PathBuf::from);
     let label = opts.get("label").cloned().unwrap_or_default();
     match cmd.as_str() {
-        "check" => check(rt, config, &info, &texts[..num("rows", 2000).min(texts.len())], &label, csv.as_deref()),
+        "check" => check(
+            rt,
+            config,
+            &info,
+            &texts[..num("rows", 2000).min(texts.len())],
+            &label,
+            csv.as_deref(),
+        ),
         "sweep" => {
             let batches: Vec<usize> = opts
                 .get("batches")
-                .map(|s| s.split(',').map(|b| b.trim().parse().unwrap_or_else(|_| die(&format!("--batches {s}")))).collect())
+                .map(|s| {
+                    s.split(',')
+                        .map(|b| {
+                            b.trim()
+                                .parse()
+                                .unwrap_or_else(|_| die(&format!("--batches {s}")))
+                        })
+                        .collect()
+                })
                 .unwrap_or_else(|| vec![1, 8, 32, 128, 512, 1024]);
             let plan = Sweep {
                 label,
@@ -193,7 +248,14 @@ fn load_texts(file: &str) -> Vec<String> {
 /// words that are one token each, `[SEP]` (truncated to the model's max length like any text).
 fn synthetic_texts(k: usize) -> Vec<String> {
     const WORDS: [&str; 6] = ["data", "table", "index", "query", "vector", "row"];
-    (0..4096).map(|i| (0..k.saturating_sub(2)).map(|j| WORDS[(i + j) % WORDS.len()]).collect::<Vec<_>>().join(" ")).collect()
+    (0..4096)
+        .map(|i| {
+            (0..k.saturating_sub(2))
+                .map(|j| WORDS[(i + j) % WORDS.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
 }
 
 /// Appends `line` to a CSV file, writing `header` first when the file is new or empty.
@@ -204,8 +266,13 @@ fn append_csv(path: &Path, header: &str, line: &str) {
         .open(path)
         .unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
     let empty = f.metadata().map(|m| m.len() == 0).unwrap_or(true);
-    let text = if empty { format!("{header}\n{line}\n") } else { format!("{line}\n") };
-    f.write_all(text.as_bytes()).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+    let text = if empty {
+        format!("{header}\n{line}\n")
+    } else {
+        format!("{line}\n")
+    };
+    f.write_all(text.as_bytes())
+        .unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
 }
 
 /// A CSV field: quoted when it holds a comma, quote or newline.
@@ -219,13 +286,19 @@ fn csv_field(s: &str) -> String {
 
 /// `fp16` when the session loaded the model's fp16 graph, else `fp32`.
 fn graph_name(e: &Embedder, info: &ModelInfo) -> &'static str {
-    if info.fp16.as_deref() == Some(e.loaded_file()) { "fp16" } else { "fp32" }
+    if info.fp16.as_deref() == Some(e.loaded_file()) {
+        "fp16"
+    } else {
+        "fp32"
+    }
 }
 
 /// Creates a session; a provider that cannot be used ends the program with ONNX Runtime's reason.
 fn session(rt: &'static engine::Runtime, config: EmbedderConfig, what: &str) -> Embedder {
     Embedder::new(rt, config).unwrap_or_else(|e| match &e {
-        engine::Error::Provider { reason, .. } | engine::Error::Ort(reason) | engine::Error::OrtLibrary { reason, .. } => {
+        engine::Error::Provider { reason, .. }
+        | engine::Error::Ort(reason)
+        | engine::Error::OrtLibrary { reason, .. } => {
             die(&format!("{what} session: {e}: {reason}"))
         }
         _ => die(&format!("{what} session: {e}: {e:?}")),
@@ -250,7 +323,14 @@ fn describe(e: &Embedder, info: &ModelInfo) -> String {
     s
 }
 
-fn check(rt: &'static engine::Runtime, config: EmbedderConfig, info: &ModelInfo, texts: &[String], label: &str, csv: Option<&Path>) {
+fn check(
+    rt: &'static engine::Runtime,
+    config: EmbedderConfig,
+    info: &ModelInfo,
+    texts: &[String],
+    label: &str,
+    csv: Option<&Path>,
+) {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let mut cpu_cfg = config.clone();
     cpu_cfg.provider = ProviderChoice::Cpu;
@@ -260,8 +340,12 @@ fn check(rt: &'static engine::Runtime, config: EmbedderConfig, info: &ModelInfo,
     let mut dev = session(rt, config, "device");
     println!("reference session: {}", describe(&cpu, info));
     println!("device session: {}", describe(&dev, info));
-    let a = cpu.embed(&refs, 2048, &mut || {}).unwrap_or_else(|e| die(&format!("cpu embed: {e}: {e:?}")));
-    let b = dev.embed(&refs, 16384, &mut || {}).unwrap_or_else(|e| die(&format!("device embed: {e}: {e:?}")));
+    let a = cpu
+        .embed(&refs, 2048, &mut || {})
+        .unwrap_or_else(|e| die(&format!("cpu embed: {e}: {e:?}")));
+    let b = dev
+        .embed(&refs, 16384, &mut || {})
+        .unwrap_or_else(|e| die(&format!("device embed: {e}: {e:?}")));
     let cos: Vec<f32> = (0..a.rows())
         .map(|i| {
             let (x, y) = (a.row_f32(i), b.row_f32(i));
@@ -269,7 +353,11 @@ fn check(rt: &'static engine::Runtime, config: EmbedderConfig, info: &ModelInfo,
             let nx: f32 = x.iter().map(|p| p * p).sum::<f32>().sqrt();
             let ny: f32 = y.iter().map(|p| p * p).sum::<f32>().sqrt();
             // A zero vector has no direction: count it as a failed row (cosine 0), not NaN.
-            if nx == 0.0 || ny == 0.0 { 0.0 } else { dot / (nx * ny) }
+            if nx == 0.0 || ny == 0.0 {
+                0.0
+            } else {
+                dot / (nx * ny)
+            }
         })
         .collect();
     let min = cos.iter().copied().fold(f32::MAX, f32::min);
@@ -292,7 +380,11 @@ fn check(rt: &'static engine::Runtime, config: EmbedderConfig, info: &ModelInfo,
             a.rows(),
             a.tokens
         );
-        append_csv(path, "label,provider,graph,io_binding,rows,tokens,min_cosine,mean_cosine,rows_below_0.999", &line);
+        append_csv(
+            path,
+            "label,provider,graph,io_binding,rows,tokens,min_cosine,mean_cosine,rows_below_0.999",
+            &line,
+        );
     }
     if below > 0 {
         std::process::exit(3);
@@ -316,15 +408,26 @@ struct Sweep {
 
 /// One pass over all `texts`, `chunk` per call with `budget` padded tokens per ONNX Runtime run;
 /// one warm-up call on the first chunk first. Prints a JSON line (rows, tokens, seconds, rates).
-fn embed_all(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String], chunk: usize, budget: usize) {
+fn embed_all(
+    rt: &'static engine::Runtime,
+    config: EmbedderConfig,
+    texts: &[String],
+    chunk: usize,
+    budget: usize,
+) {
     let mut e = session(rt, config, "embed");
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let chunk = chunk.max(1);
-    assert_unit(&e.embed(&refs[..chunk.min(refs.len())], budget, &mut || {}).unwrap_or_else(|err| die(&format!("warm-up: {err}"))));
+    assert_unit(
+        &e.embed(&refs[..chunk.min(refs.len())], budget, &mut || {})
+            .unwrap_or_else(|err| die(&format!("warm-up: {err}"))),
+    );
     let (mut rows, mut tokens, mut padded) = (0usize, 0usize, 0usize);
     let started = Instant::now();
     for part in refs.chunks(chunk) {
-        let out = e.embed(part, budget, &mut || {}).unwrap_or_else(|err| die(&format!("embed: {err}")));
+        let out = e
+            .embed(part, budget, &mut || {})
+            .unwrap_or_else(|err| die(&format!("embed: {err}")));
         assert_unit(&out);
         rows += out.rows();
         tokens += out.tokens;
@@ -345,16 +448,27 @@ fn embed_all(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[Stri
 fn assert_unit(out: &Embeddings) {
     let norm: f32 = out.row_f32(0).iter().map(|x| x * x).sum::<f32>().sqrt();
     if !(0.98..=1.02).contains(&norm) {
-        die(&format!("row 0 has L2 norm {norm}, expected 1: the model returned garbage; not timing it"));
+        die(&format!(
+            "row 0 has L2 norm {norm}, expected 1: the model returned garbage; not timing it"
+        ));
     }
 }
 
 fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String], plan: &Sweep) {
-    let model_dir = config.model_file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let model_dir = config
+        .model_file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let info = read_model_info(&model_dir);
     let mut e = session(rt, config, "sweep");
     eprintln!("session: {}", describe(&e, &info));
-    let desc = format!("{} {} io_binding={}", e.provider().as_str(), graph_name(&e, &info), e.io_binding());
+    let desc = format!(
+        "{} {} io_binding={}",
+        e.provider().as_str(),
+        graph_name(&e, &info),
+        e.io_binding()
+    );
     let input = match plan.fixed_tokens {
         Some(k) => format!("{k} tokens"),
         None => "texts".to_owned(),
@@ -368,7 +482,9 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
         // Warm-up: calls of this size (kernel selection, arena growth for these shapes).
         for w in 0..plan.warmup.max(1) {
             let start = (w * b) % refs.len().saturating_sub(b).max(1);
-            let out = e.embed(&refs[start..start + b], plan.budget, &mut || {}).unwrap_or_else(|err| die(&format!("embed: {err}: {err:?}")));
+            let out = e
+                .embed(&refs[start..start + b], plan.budget, &mut || {})
+                .unwrap_or_else(|err| die(&format!("embed: {err}: {err:?}")));
             assert_unit(&out);
         }
         let (mut n, mut tokens, mut padded) = (0usize, 0usize, 0usize);
@@ -378,7 +494,9 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
             let start = (c * b) % refs.len().saturating_sub(b).max(1);
             let chunk = &refs[start..(start + b).min(refs.len())];
             let t = Instant::now();
-            let out = e.embed(chunk, plan.budget, &mut || {}).unwrap_or_else(|err| die(&format!("embed: {err}: {err:?}")));
+            let out = e
+                .embed(chunk, plan.budget, &mut || {})
+                .unwrap_or_else(|err| die(&format!("embed: {err}: {err:?}")));
             per_call.push(t.elapsed().as_secs_f64());
             assert_unit(&out);
             n += out.rows();

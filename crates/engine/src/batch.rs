@@ -66,7 +66,10 @@ pub fn plan(
     let mut start = 0;
     while start < n {
         let end = next[start];
-        batches.push(Batch { range: start..end, seq_len: lengths[order[start]].max(1) });
+        batches.push(Batch {
+            range: start..end,
+            seq_len: lengths[order[start]].max(1),
+        });
         start = end;
     }
     (order, batches)
@@ -106,23 +109,38 @@ mod tests {
         let bytes = [10, 4000, 0, 37, 37, 900, 5];
         let w = windows(&bytes, 256, 300);
         let flat: Vec<usize> = w.iter().flatten().copied().collect();
-        assert_eq!(flat, vec![1, 5, 3, 4, 0, 6, 2], "longest first, ties in input order");
+        assert_eq!(
+            flat,
+            vec![1, 5, 3, 4, 0, 6, 2],
+            "longest first, ties in input order"
+        );
         // 4000 bytes -> 256 tokens (capped), 900 -> 227: together past 300, closing the first window.
         assert_eq!(w, vec![vec![1, 5], vec![3, 4, 0, 6, 2]]);
         assert!(windows(&[], 256, 300).is_empty());
-        assert_eq!(windows(&[1, 2, 3], 256, 1 << 20), vec![vec![2, 1, 0]], "one window when everything fits");
+        assert_eq!(
+            windows(&[1, 2, 3], 256, 1 << 20),
+            vec![vec![2, 1, 0]],
+            "one window when everything fits"
+        );
     }
 
     #[test]
     fn respects_budget_and_covers_every_input_once() {
         let lengths = [5, 300, 17, 17, 2, 128, 64, 1, 256, 9];
         let (order, batches) = plan(&lengths, 512, 0, 32, &mut || {});
-        let mut seen: Vec<usize> = batches.iter().flat_map(|b| order[b.range.clone()].to_vec()).collect();
+        let mut seen: Vec<usize> = batches
+            .iter()
+            .flat_map(|b| order[b.range.clone()].to_vec())
+            .collect();
         seen.sort();
         assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
         for b in &batches {
             let rows = b.range.len();
-            let longest = order[b.range.clone()].iter().map(|&i| lengths[i]).max().unwrap();
+            let longest = order[b.range.clone()]
+                .iter()
+                .map(|&i| lengths[i])
+                .max()
+                .unwrap();
             assert_eq!(longest, b.seq_len);
             assert!(rows == 1 || rows * b.seq_len <= 512, "{b:?}");
         }
@@ -135,14 +153,29 @@ mod tests {
     fn row_longer_than_budget_runs_alone() {
         let (order, batches) = plan(&[1000, 3, 3], 100, 0, 32, &mut || {});
         assert_eq!(order, vec![0, 1, 2]);
-        assert_eq!(batches, vec![Batch { range: 0..1, seq_len: 1000 }, Batch { range: 1..3, seq_len: 3 }]);
+        assert_eq!(
+            batches,
+            vec![
+                Batch {
+                    range: 0..1,
+                    seq_len: 1000
+                },
+                Batch {
+                    range: 1..3,
+                    seq_len: 3
+                }
+            ]
+        );
     }
 
     #[test]
     fn max_rows_caps_batches_and_ties_keep_input_order() {
         let (order, batches) = plan(&[4; 10], 1 << 20, 4, 32, &mut || {});
         assert_eq!(order, (0..10).collect::<Vec<_>>());
-        assert_eq!(batches.iter().map(|b| b.range.len()).collect::<Vec<_>>(), vec![4, 4, 2]);
+        assert_eq!(
+            batches.iter().map(|b| b.range.len()).collect::<Vec<_>>(),
+            vec![4, 4, 2]
+        );
     }
 
     /// Mixed lengths: the cut pads less than filling every batch to the budget, and a zero
@@ -150,12 +183,22 @@ mod tests {
     #[test]
     fn cut_trades_padding_against_runs() {
         let lengths: Vec<usize> = (0..200).map(|i| 10 + (i * 37) % 150).collect();
-        let padded = |batches: &[Batch]| batches.iter().map(|b| b.range.len() * b.seq_len).sum::<usize>();
+        let padded = |batches: &[Batch]| {
+            batches
+                .iter()
+                .map(|b| b.range.len() * b.seq_len)
+                .sum::<usize>()
+        };
         let real: usize = lengths.iter().sum();
         let (_, greedy_like) = plan(&lengths, 2048, 0, 1 << 20, &mut || {});
         let (_, cut) = plan(&lengths, 2048, 0, 32, &mut || {});
         let (_, exact) = plan(&lengths, 2048, 0, 0, &mut || {});
-        assert!(padded(&cut) < padded(&greedy_like), "{} vs {}", padded(&cut), padded(&greedy_like));
+        assert!(
+            padded(&cut) < padded(&greedy_like),
+            "{} vs {}",
+            padded(&cut),
+            padded(&greedy_like)
+        );
         assert!(cut.len() > greedy_like.len());
         assert_eq!(padded(&exact), real, "no padding without a run cost");
         for b in cut.iter().chain(&exact) {

@@ -42,20 +42,54 @@ impl Bound {
     /// Creates the binding and its host buffers for `capacity` tokens per input (grown later if a
     /// batch needs more). Fails when the provider has no such allocator; the caller then falls
     /// back to plain runs.
-    pub fn new(session: &Session, memory: HostMemory, output: &str, capacity: usize) -> Result<Self> {
+    pub fn new(
+        session: &Session,
+        memory: HostMemory,
+        output: &str,
+        capacity: usize,
+    ) -> Result<Self> {
         let (host_info, output_info) = match memory {
             HostMemory::Pinned { device } => (
-                MemoryInfo::new(AllocationDevice::CUDA_PINNED, device, AllocatorType::Device, MemoryType::CPUInput)?,
-                MemoryInfo::new(AllocationDevice::CUDA_PINNED, device, AllocatorType::Device, MemoryType::CPUOutput)?,
+                MemoryInfo::new(
+                    AllocationDevice::CUDA_PINNED,
+                    device,
+                    AllocatorType::Device,
+                    MemoryType::CPUInput,
+                )?,
+                MemoryInfo::new(
+                    AllocationDevice::CUDA_PINNED,
+                    device,
+                    AllocatorType::Device,
+                    MemoryType::CPUOutput,
+                )?,
             ),
             HostMemory::Cpu => (
-                MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?,
-                MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?,
+                MemoryInfo::new(
+                    AllocationDevice::CPU,
+                    0,
+                    AllocatorType::Device,
+                    MemoryType::Default,
+                )?,
+                MemoryInfo::new(
+                    AllocationDevice::CPU,
+                    0,
+                    AllocatorType::Device,
+                    MemoryType::Default,
+                )?,
             ),
         };
         let allocator = Allocator::new(session, host_info.clone())?;
         let io = session.create_binding()?;
-        let mut bound = Bound { memory, io, allocator, host_info, output_info, output: output.to_owned(), buffer: std::ptr::null_mut(), capacity: 0 };
+        let mut bound = Bound {
+            memory,
+            io,
+            allocator,
+            host_info,
+            output_info,
+            output: output.to_owned(),
+            buffer: std::ptr::null_mut(),
+            capacity: 0,
+        };
         if memory != HostMemory::Cpu {
             bound.reserve(capacity.max(1))?;
         }
@@ -85,11 +119,6 @@ impl Bound {
         }
     }
 
-    /// Host capacity in tokens per input.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// `fill(ids, mask)` writes one `[rows, seq]` batch, row-major, into the host buffers; then the
     /// batch is bound and run, and the outputs (on the host) are returned.
     pub fn run<'s>(
@@ -112,7 +141,8 @@ impl Bound {
             fill(ids_t.extract_tensor_mut().1, mask_t.extract_tensor_mut().1);
             self.io.bind_input(input_names[0], &ids_t)?;
             self.io.bind_input(input_names[1], &mask_t)?;
-            self.io.bind_output_to_device(self.output.as_str(), &self.output_info)?;
+            self.io
+                .bind_output_to_device(self.output.as_str(), &self.output_info)?;
             return Ok(session.run_binding(&self.io)?);
         }
         self.reserve(n)?;
@@ -126,11 +156,20 @@ impl Bound {
         fill(ids, mask);
         // SAFETY: the pointers are valid host memory described by host_info for n i32 each, and the
         // tensors are bound and run before the buffers can be reused or freed (&mut self).
-        let ids_t = unsafe { TensorRefMut::<i32>::from_raw(self.host_info.clone(), ids.as_mut_ptr().cast(), shape.clone())? };
-        let mask_t = unsafe { TensorRefMut::<i32>::from_raw(self.host_info.clone(), mask.as_mut_ptr().cast(), shape)? };
+        let ids_t = unsafe {
+            TensorRefMut::<i32>::from_raw(
+                self.host_info.clone(),
+                ids.as_mut_ptr().cast(),
+                shape.clone(),
+            )?
+        };
+        let mask_t = unsafe {
+            TensorRefMut::<i32>::from_raw(self.host_info.clone(), mask.as_mut_ptr().cast(), shape)?
+        };
         self.io.bind_input(input_names[0], &ids_t)?;
         self.io.bind_input(input_names[1], &mask_t)?;
-        self.io.bind_output_to_device(self.output.as_str(), &self.output_info)?;
+        self.io
+            .bind_output_to_device(self.output.as_str(), &self.output_info)?;
         Ok(session.run_binding(&self.io)?)
     }
 }

@@ -50,8 +50,16 @@ mod tests {
 
     #[test]
     fn threads_started_inside_inherit_the_blocked_mask_and_the_caller_gets_its_mask_back() {
-        assert!(!blocked_on_this_thread(libc::SIGUSR2), "test thread starts with SIGUSR2 unblocked");
-        let child = with_signals_blocked(|| std::thread::spawn(|| [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGALRM].map(blocked_on_this_thread)));
+        assert!(
+            !blocked_on_this_thread(libc::SIGUSR2),
+            "test thread starts with SIGUSR2 unblocked"
+        );
+        let child = with_signals_blocked(|| {
+            std::thread::spawn(|| {
+                [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGALRM]
+                    .map(blocked_on_this_thread)
+            })
+        });
         assert_eq!(child.join().unwrap(), [true; 4]);
         assert!(!blocked_on_this_thread(libc::SIGUSR2), "mask restored");
     }

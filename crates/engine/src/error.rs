@@ -1,5 +1,6 @@
-//! The engine's one error type. `crate::pg::error` maps it once to a PostgreSQL `ErrorReport`
-//! with a SQLSTATE, DETAIL and HINT; nothing in `engine/` knows about PostgreSQL.
+//! The engine's error type. The extension's `pg::error` maps it once to a PostgreSQL
+//! `ErrorReport` with a SQLSTATE, DETAIL and HINT; nothing in this crate knows about PostgreSQL.
+//! (Reading a model directory's `tributary.json` has its own [`crate::ManifestError`].)
 
 use std::path::PathBuf;
 
@@ -25,7 +26,10 @@ pub enum Error {
 
     /// An explicitly requested execution provider could not be registered.
     #[error("execution provider \"{provider}\" is not available")]
-    Provider { provider: &'static str, reason: String },
+    Provider {
+        provider: &'static str,
+        reason: String,
+    },
 
     /// ONNX Runtime failed while creating a session or running the model.
     #[error("ONNX Runtime error: {0}")]

@@ -256,7 +256,8 @@ fn format_timestamp(s: &str) -> String {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.ffffff]±HH[:MM[:SS]]` as `YYYY-MM-DD HH:MM:SS[.ffffff] UTC`.
+/// `YYYY-MM-DDTHH:MM:SS[.ffffff]±HH[:MM[:SS]]` as `YYYY-MM-DD HH:MM:SS[.ffffff] UTC`; `None` when
+/// `s` is not such a timestamp (the fraction is kept as written).
 fn to_utc(s: &str) -> Option<String> {
     let (date, time) = s.split_once('T')?;
     let sign_at = time.rfind(['+', '-'])?;
@@ -269,36 +270,41 @@ fn to_utc(s: &str) -> Option<String> {
     let (hh, mi, ss) = (num(c.next()?)?, num(c.next()?)?, num(c.next()?)?);
     let sign = if offset.starts_with('-') { -1 } else { 1 };
     let mut o = offset[1..].splitn(3, ':');
-    let off = num(o.next()?)? * 3600 + o.next().map_or(Some(0), num)? * 60 + o.next().map_or(Some(0), num)?;
-    let secs = days_from_civil(y, m, day) * 86400 + hh * 3600 + mi * 60 + ss - sign * off;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let (y, m, d) = civil_from_days(days);
-    let frac = if frac.is_empty() { String::new() } else { format!(".{frac}") };
-    Some(format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}{frac} UTC", rem / 3600, rem % 3600 / 60, rem % 60))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant, "chrono-Compatible Low-Level
-/// Date Algorithms", 2013, `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
-/// The inverse of [`days_from_civil`] (same source, `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    let off = num(o.next()?)? * 3600
+        + o.next().map_or(Some(0), num)? * 60
+        + o.next().map_or(Some(0), num)?;
+    // jiff's dates end at year 9999 and PostgreSQL's at 294276: the Gregorian calendar repeats
+    // every 400 years (146,097 days), so the date is moved to the same place in the cycle starting
+    // at 2000, converted there, and moved back.
+    let shift = y - (2000 + y.rem_euclid(400));
+    let small = |v: i64| i8::try_from(v).ok();
+    let local = jiff::civil::DateTime::new(
+        i16::try_from(y - shift).ok()?,
+        small(m)?,
+        small(day)?,
+        small(hh)?,
+        small(mi)?,
+        small(ss)?,
+        0,
+    )
+    .ok()?;
+    let utc = local
+        .checked_sub(jiff::SignedDuration::from_secs(sign * off))
+        .ok()?;
+    let frac = if frac.is_empty() {
+        String::new()
+    } else {
+        format!(".{frac}")
+    };
+    Some(format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}{frac} UTC",
+        shift.checked_add(i64::from(utc.year()))?,
+        utc.month(),
+        utc.day(),
+        utc.hour(),
+        utc.minute(),
+        utc.second()
+    ))
 }
 
 /// `name: value` pairs of `fields` with `between` between them; false if none had a value.
@@ -405,7 +411,12 @@ pub fn row_text(row: &Row, tokenizer: &TextTokenizer, max_tokens: usize) -> Resu
     let mut text = String::new();
     for _ in 0..4 {
         let shares = fair_shares(&lengths, budget);
-        let cut: Vec<String> = layout.values.iter().zip(ends.iter().zip(&shares)).map(|(v, (e, &share))| cut_value(v, e, share)).collect();
+        let cut: Vec<String> = layout
+            .values
+            .iter()
+            .zip(ends.iter().zip(&shares))
+            .map(|(v, (e, &share))| cut_value(v, e, share))
+            .collect();
         let refs: Vec<&str> = cut.iter().map(String::as_str).collect();
         text = layout.render(&refs);
         let used = tokenizer.token_ends(&[text.as_str()])?[0].len() + special;
@@ -438,7 +449,11 @@ mod tests {
     use serde_json::json;
 
     fn field(name: &str, value: Value) -> Field {
-        Field { name: name.into(), value, timestamp: false }
+        Field {
+            name: name.into(),
+            value,
+            timestamp: false,
+        }
     }
 
     #[test]
@@ -458,23 +473,69 @@ mod tests {
         assert_eq!(format_value(&json!([]), false), None);
         assert_eq!(format_value(&json!(true), false).as_deref(), Some("true"));
         assert_eq!(format_value(&json!(0.99), false).as_deref(), Some("0.99"));
-        assert_eq!(format_value(&json!([1, null, [2, 3]]), false).as_deref(), Some("1, [2, 3]"));
-        assert_eq!(format_value(&json!("2009-01-01T00:00:00"), true).as_deref(), Some("2009-01-01"));
-        assert_eq!(format_value(&json!("2009-01-01T10:30:00"), true).as_deref(), Some("2009-01-01 10:30:00"));
-        assert_eq!(format_value(&json!("2009-01-01T00:00:00"), false).as_deref(), Some("2009-01-01T00:00:00"));
+        assert_eq!(
+            format_value(&json!([1, null, [2, 3]]), false).as_deref(),
+            Some("1, [2, 3]")
+        );
+        assert_eq!(
+            format_value(&json!("2009-01-01T00:00:00"), true).as_deref(),
+            Some("2009-01-01")
+        );
+        assert_eq!(
+            format_value(&json!("2009-01-01T10:30:00"), true).as_deref(),
+            Some("2009-01-01 10:30:00")
+        );
+        assert_eq!(
+            format_value(&json!("2009-01-01T00:00:00"), false).as_deref(),
+            Some("2009-01-01T00:00:00")
+        );
         // timestamptz in any session TimeZone: the same text, in UTC.
-        assert_eq!(format_value(&json!("2024-03-01T02:00:00-08:00"), true).as_deref(), Some("2024-03-01 10:00:00 UTC"));
-        assert_eq!(format_value(&json!("2024-03-01T10:00:00+00:00"), true).as_deref(), Some("2024-03-01 10:00:00 UTC"));
-        assert_eq!(format_value(&json!("2024-01-01T01:30:00.25+05:30"), true).as_deref(), Some("2023-12-31 20:00:00.25 UTC"));
-        assert_eq!(format_value(&json!("2000-02-29T23:00:00-01"), true).as_deref(), Some("2000-03-01 00:00:00 UTC"));
-        assert_eq!(format_value(&json!("10:30:00-08"), true).as_deref(), Some("10:30:00-08"));
-        assert_eq!(format_value(&json!({"a": 1}), false).as_deref(), Some(r#"{"a":1}"#));
+        assert_eq!(
+            format_value(&json!("2024-03-01T02:00:00-08:00"), true).as_deref(),
+            Some("2024-03-01 10:00:00 UTC")
+        );
+        assert_eq!(
+            format_value(&json!("2024-03-01T10:00:00+00:00"), true).as_deref(),
+            Some("2024-03-01 10:00:00 UTC")
+        );
+        assert_eq!(
+            format_value(&json!("2024-01-01T01:30:00.25+05:30"), true).as_deref(),
+            Some("2023-12-31 20:00:00.25 UTC")
+        );
+        assert_eq!(
+            format_value(&json!("2000-02-29T23:00:00-01"), true).as_deref(),
+            Some("2000-03-01 00:00:00 UTC")
+        );
+        // Local mean time offsets have seconds; PostgreSQL's timestamps reach the year 294276.
+        assert_eq!(
+            format_value(&json!("1900-01-01T00:00:00+00:19:32"), true).as_deref(),
+            Some("1899-12-31 23:40:28 UTC")
+        );
+        assert_eq!(
+            format_value(&json!("294276-12-31T15:59:59-08:00"), true).as_deref(),
+            Some("294276-12-31 23:59:59 UTC")
+        );
+        assert_eq!(
+            format_value(&json!("0044-03-15T00:00:00+00:00 BC"), true).as_deref(),
+            Some("0044-03-15 00:00:00+00:00 BC")
+        );
+        assert_eq!(
+            format_value(&json!("10:30:00-08"), true).as_deref(),
+            Some("10:30:00-08")
+        );
+        assert_eq!(
+            format_value(&json!({"a": 1}), false).as_deref(),
+            Some(r#"{"a":1}"#)
+        );
     }
 
     #[test]
     fn row_json_keeps_values_deeper_than_the_recursion_limit() {
         let deep = format!("{}1,2{}", "[".repeat(200), "]".repeat(200));
-        let text = format!(r#"{{"id":1,"doc" : {} , "s":"a,}}\"]","t":{{"k": [1, {{"x": null}}]}},"n":null}}"#, deep.replace(',', ", "));
+        let text = format!(
+            r#"{{"id":1,"doc" : {} , "s":"a,}}\"]","t":{{"k": [1, {{"x": null}}]}},"n":null}}"#,
+            deep.replace(',', ", ")
+        );
         let map = parse_row_json(&text).expect("an object");
         assert_eq!(map.keys().collect::<Vec<_>>(), ["id", "doc", "s", "t", "n"]);
         assert_eq!(map["id"], json!(1));
@@ -482,17 +543,36 @@ mod tests {
         assert_eq!(map["s"], json!("a,}\"]"));
         assert_eq!(map["t"], json!({"k": [1, {"x": null}]}));
         assert_eq!(map["n"], json!(null));
-        let spaced = format!("{{\"doc\": {}}}", "{\"a\": ".repeat(150) + "\"x y\"" + &"}".repeat(150));
-        assert_eq!(parse_row_json(&spaced).unwrap()["doc"], json!("{\"a\":".repeat(150) + "\"x y\"" + &"}".repeat(150)));
+        let spaced = format!(
+            "{{\"doc\": {}}}",
+            "{\"a\": ".repeat(150) + "\"x y\"" + &"}".repeat(150)
+        );
+        assert_eq!(
+            parse_row_json(&spaced).unwrap()["doc"],
+            json!("{\"a\":".repeat(150) + "\"x y\"" + &"}".repeat(150))
+        );
         assert_eq!(parse_row_json("{}"), Some(Map::new()));
-        for bad in ["", "[1]", "{\"a\":}", "{\"a\":1", "{\"a\":1} x", "{\"a\" 1}", "{\"a\":[1}}", "{\"a\":\"x}"] {
+        for bad in [
+            "",
+            "[1]",
+            "{\"a\":}",
+            "{\"a\":1",
+            "{\"a\":1} x",
+            "{\"a\" 1}",
+            "{\"a\":[1}}",
+            "{\"a\":\"x}",
+        ] {
             assert_eq!(parse_row_json(bad), None, "{bad}");
         }
     }
 
     #[test]
     fn layout_of_a_row_with_context() {
-        let artist = Row { table: Some("artist".into()), fields: vec![field("name", json!("Accept"))], ..Default::default() };
+        let artist = Row {
+            table: Some("artist".into()),
+            fields: vec![field("name", json!("Accept"))],
+            ..Default::default()
+        };
         let album = Row {
             table: Some("album".into()),
             fields: vec![field("title", json!("Balls to the Wall"))],
@@ -501,12 +581,19 @@ mod tests {
         };
         let row = Row {
             table: Some("track".into()),
-            fields: vec![field("name", json!("Balls to the Wall")), field("composer", json!(null)), field("milliseconds", json!(342562))],
+            fields: vec![
+                field("name", json!("Balls to the Wall")),
+                field("composer", json!(null)),
+                field("milliseconds", json!(342562)),
+            ],
             parents: vec![("album".into(), album)],
             children: vec![Children {
                 label: "invoice_line".into(),
                 total: 7,
-                rows: vec![vec![field("quantity", json!(1))], vec![field("quantity", json!(null))]],
+                rows: vec![
+                    vec![field("quantity", json!(1))],
+                    vec![field("quantity", json!(null))],
+                ],
             }],
         };
         let mut layout = Layout::default();
@@ -523,8 +610,9 @@ mod tests {
     /// short ones stay whole, the labels stay, and the text fits the budget.
     #[test]
     fn long_values_are_cut_fairly() {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ort/models/all-MiniLM-L6-v2/tokenizer.json");
-        let tok = TextTokenizer::from_file(&file, 256).expect("the default model is prepared by scripts/setup.sh");
+        let file = crate::model::repo_root().join("ort/models/all-MiniLM-L6-v2/tokenizer.json");
+        let tok = TextTokenizer::from_file(&file, 256)
+            .expect("the default model is prepared by scripts/setup.sh");
         let long = "word ".repeat(1000);
         let row = Row {
             table: Some("doc".into()),
@@ -539,16 +627,29 @@ mod tests {
         let text = row_text(&row, &tok, 64).unwrap();
         let tokens = tok.encode(&[text.as_str()]).unwrap()[0].ids.len();
         assert!(tokens <= 64, "{tokens} tokens: {text}");
-        assert!(text.starts_with("table: doc\ntitle: A short title\nbody: word"), "{text}");
+        assert!(
+            text.starts_with("table: doc\ntitle: A short title\nbody: word"),
+            "{text}"
+        );
         assert!(text.ends_with("\nyear: 2024"), "{text}");
         let body = text.lines().find(|l| l.starts_with("body: ")).unwrap();
         let notes = text.lines().find(|l| l.starts_with("notes: ")).unwrap();
         assert!(body.ends_with('…') && notes.ends_with('…'));
         // Both long values get the same share (within a token).
-        let (b, n) = (body.matches("word").count() as i64, notes.matches("word").count() as i64);
+        let (b, n) = (
+            body.matches("word").count() as i64,
+            notes.matches("word").count() as i64,
+        );
         assert!((b - n).abs() <= 1 && b > 5, "{b} vs {n}");
         // A text within the budget is left alone.
-        let short = Row { table: Some("doc".into()), fields: vec![field("title", json!("A short title"))], ..Default::default() };
-        assert_eq!(row_text(&short, &tok, 64).unwrap(), "table: doc\ntitle: A short title");
+        let short = Row {
+            table: Some("doc".into()),
+            fields: vec![field("title", json!("A short title"))],
+            ..Default::default()
+        };
+        assert_eq!(
+            row_text(&short, &tok, 64).unwrap(),
+            "table: doc\ntitle: A short title"
+        );
     }
 }

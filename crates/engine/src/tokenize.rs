@@ -47,15 +47,29 @@ impl TextTokenizer {
     /// not parse or `max_length` is too small for the special tokens.
     pub fn from_file(path: &Path, max_length: usize) -> Result<Self> {
         if !path.is_file() {
-            return Err(Error::ModelFile { path: path.to_owned(), reason: "no such file".into() });
+            return Err(Error::ModelFile {
+                path: path.to_owned(),
+                reason: "no such file".into(),
+            });
         }
-        let mut inner = Tokenizer::from_file(path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let mut inner = Tokenizer::from_file(path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         inner
-            .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+            .with_truncation(Some(TruncationParams {
+                max_length,
+                ..Default::default()
+            }))
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         inner.with_padding(None);
-        let pad_id = ["[PAD]", "<pad>"].iter().find_map(|t| inner.token_to_id(t)).unwrap_or(0) as i32;
-        Ok(TextTokenizer { inner, max_length, pad_id })
+        let pad_id = ["[PAD]", "<pad>"]
+            .iter()
+            .find_map(|t| inner.token_to_id(t))
+            .unwrap_or(0) as i32;
+        Ok(TextTokenizer {
+            inner,
+            max_length,
+            pad_id,
+        })
     }
 
     /// Bytes of a text that are tokenized: `max_length x` [`BYTES_PER_TOKEN`] (16 kB for a
@@ -76,7 +90,9 @@ impl TextTokenizer {
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(encodings
             .into_iter()
-            .map(|e| Tokens { ids: e.get_ids().iter().map(|&id| id as i32).collect() })
+            .map(|e| Tokens {
+                ids: e.get_ids().iter().map(|&id| id as i32).collect(),
+            })
             .collect())
     }
 
@@ -89,22 +105,22 @@ impl TextTokenizer {
             .inner
             .encode_batch(texts.iter().map(|t| cut(t, max)).collect::<Vec<_>>(), false)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(encodings.into_iter().map(|e| e.get_offsets().iter().map(|&(_, end)| end).collect()).collect())
+        Ok(encodings
+            .into_iter()
+            .map(|e| e.get_offsets().iter().map(|&(_, end)| end).collect())
+            .collect())
     }
 
     /// Number of special tokens added to one text (`[CLS]` and `[SEP]`: 2 for BERT).
     pub fn count_special(&self) -> usize {
-        self.inner.get_post_processor().map_or(0, |p| p.added_tokens(false))
+        self.inner
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false))
     }
 
     /// Token id used for padding (`[PAD]`, else 0). Padded positions are masked out anyway.
     pub fn pad_id(&self) -> i32 {
         self.pad_id
-    }
-
-    /// Truncation length in tokens.
-    pub fn max_length(&self) -> usize {
-        self.max_length
     }
 }
 

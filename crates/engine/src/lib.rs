@@ -1,0 +1,18 @@
+//! tributary's inference engine: ONNX Runtime sessions, tokenization, batching, rows as text and
+//! model directories. No pgrx in this crate, so all of it is usable and testable without
+//! PostgreSQL (`cargo test -p tributary-engine`); the extension re-exports it as `crate::engine`.
+
+pub mod batch;
+pub mod binding;
+pub mod error;
+pub mod manifest;
+pub mod model;
+pub mod rowtext;
+pub mod signals;
+pub mod tokenize;
+
+pub use error::{Error, Result};
+pub use manifest::{Manifest, ManifestError};
+pub use model::{
+    Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Values,
+};

@@ -1,0 +1,306 @@
+//! Tables as a role sees them, for row texts (src/service/rows.rs): columns (with their types and
+//! whether the role may read them), primary key, foreign keys both ways.
+//!
+//! Cached per (table, role) for one transaction; DDL and GRANT/REVOKE inside the transaction
+//! drop what they touch through a relcache invalidation callback, as pg_cron drops its job cache.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use pgrx::prelude::*;
+
+use crate::pg::error::{spi_error, Result};
+
+/// One column of a table, as the caller sees it.
+#[derive(Debug)]
+pub struct Column {
+    pub name: String,
+    /// `format_type()` of the column: a cast target for key values.
+    pub sql_type: String,
+    pub timestamp: bool,
+    /// vector, halfvec, sparsevec, bytea, tsvector: never part of the text.
+    pub opaque: bool,
+    /// The caller may SELECT it.
+    pub readable: bool,
+}
+
+/// A foreign key seen from one table: `cols` of this table match `other_cols` of `other`
+/// (for a parent link this table references `other`; for a child link `other` references it).
+#[derive(Debug)]
+pub struct Link {
+    pub label: String,
+    pub cols: Vec<String>,
+    pub other: pg_sys::Oid,
+    pub other_cols: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Table {
+    pub oid: pg_sys::Oid,
+    /// Relation name, unqualified, for the text.
+    pub name: String,
+    /// Schema-qualified, quoted, for queries.
+    pub sql_name: String,
+    pub columns: Vec<Column>,
+    pub primary_key: Vec<String>,
+    /// Columns in the primary key or in any foreign key.
+    pub key_columns: HashSet<String>,
+    pub parents: Vec<Link>,
+    pub children: Vec<Link>,
+}
+
+impl Table {
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The role may read every column in `names`.
+    pub fn readable(&self, names: &[String]) -> bool {
+        names
+            .iter()
+            .all(|n| self.column(n).is_some_and(|c| c.readable))
+    }
+
+    /// The first of `time_columns` this table has and the role may read.
+    pub fn time_column<'a>(&'a self, time_columns: &[String]) -> Option<&'a Column> {
+        time_columns
+            .iter()
+            .find_map(|t| self.column(t).filter(|c| c.readable))
+    }
+}
+
+/// Table metadata as roles see it (`readable` columns), for one transaction.
+struct TableCache {
+    /// The transaction the entries belong to (its local transaction id).
+    xact: pg_sys::LocalTransactionId,
+    /// By (table, role): a `SET ROLE` or a SECURITY DEFINER function is another role, another entry.
+    tables: HashMap<(pg_sys::Oid, pg_sys::Oid), Rc<Table>>,
+}
+
+thread_local! {
+    /// A bulk call reads the catalogs once per table, not once per row. Bounded by the tables
+    /// and roles one transaction uses; emptied when the next transaction asks. DDL and
+    /// GRANT/REVOKE within the transaction drop the tables they touch ([`invalidate_tables`]).
+    /// Backend-local, only ever touched on the backend's own thread: no lock.
+    static TABLES: RefCell<TableCache> =
+        RefCell::new(TableCache { xact: pg_sys::InvalidLocalTransactionId, tables: HashMap::new() });
+    static CALLBACK: Cell<bool> = const { Cell::new(false) };
+    /// Relcache invalidations seen so far: a table whose description was being read while one
+    /// arrived (another session's DDL, processed when a catalog lock is taken) is not cached,
+    /// since what was read may be from before it.
+    static INVALIDATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Relcache invalidation callback: drops `relid` and every table that links to it (all tables
+/// for `InvalidOid`). No borrow of `TABLES` spans a call into PostgreSQL, so it is never
+/// borrowed here; `try_borrow_mut` makes sure the callback cannot panic if it ever were.
+#[pg_guard]
+unsafe extern "C-unwind" fn invalidate_tables(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    INVALIDATIONS.set(INVALIDATIONS.get().wrapping_add(1));
+    TABLES.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            if relid == pg_sys::InvalidOid {
+                c.tables.clear();
+            } else {
+                c.tables.retain(|&(oid, _), t| {
+                    oid != relid
+                        && !t
+                            .parents
+                            .iter()
+                            .chain(&t.children)
+                            .any(|l| l.other == relid)
+                });
+            }
+        }
+    });
+}
+
+/// Table `oid` as the current role sees it, cached for the transaction.
+pub fn table(oid: pg_sys::Oid) -> Result<Rc<Table>> {
+    if !CALLBACK.with(|c| c.replace(true)) {
+        // SAFETY: registered once per backend; the callback only touches TABLES.
+        unsafe {
+            pg_sys::CacheRegisterRelcacheCallback(Some(invalidate_tables), pg_sys::Datum::from(0))
+        };
+    }
+    // SAFETY: MyProc is set in every backend and background worker that runs SQL.
+    // GetUserId: the role now, after any SET ROLE or SECURITY DEFINER switch.
+    let (xact, role) = unsafe { ((*pg_sys::MyProc).lxid, pg_sys::GetUserId()) };
+    let key = (oid, role);
+    if let Some(t) = TABLES.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.xact != xact {
+            *c = TableCache {
+                xact,
+                tables: HashMap::new(),
+            };
+        }
+        c.tables.get(&key).cloned()
+    }) {
+        return Ok(t);
+    }
+    let before = INVALIDATIONS.get();
+    let t = Rc::new(load_table(oid)?);
+    if INVALIDATIONS.get() == before {
+        TABLES.with(|c| c.borrow_mut().tables.insert(key, t.clone()));
+    }
+    Ok(t)
+}
+
+fn load_table(oid: pg_sys::Oid) -> Result<Table> {
+    Spi::connect(|client| -> Result<Table> {
+        let args = [oid.into()];
+        let head = client
+            .select("SELECT c.relname::text, $1::regclass::text FROM pg_catalog.pg_class c WHERE c.oid = $1", None, &args)
+            .map_err(spi_error)?;
+        let head = head.first();
+        let name: String = head.get(1).map_err(spi_error)?.unwrap_or_default();
+        let sql_name: String = head.get(2).map_err(spi_error)?.unwrap_or_default();
+        let mut columns = Vec::new();
+        // A column's type seen through domains and arrays (`u`: the type, its base types and
+        // element types): a domain over bytea or a vector[] is opaque, a timestamp[] is dates.
+        for r in client
+            .select(
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), u.dates, u.opaque, \
+                        has_column_privilege(a.attrelid, a.attnum, 'SELECT') \
+                 FROM pg_catalog.pg_attribute a CROSS JOIN LATERAL ( \
+                   WITH RECURSIVE u(oid) AS ( \
+                     SELECT a.atttypid \
+                     UNION SELECT x.oid FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid \
+                       CROSS JOIN LATERAL (VALUES (t.typbasetype), (CASE WHEN t.typcategory = 'A' THEN t.typelem END)) x(oid) \
+                      WHERE x.oid <> 0) \
+                   SELECT bool_or(t.typcategory = 'D') AS dates, \
+                          bool_or(t.typname::text IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector')) AS opaque \
+                     FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid) u \
+                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                None,
+                &args,
+            )
+            .map_err(spi_error)?
+        {
+            columns.push(Column {
+                name: r.get(1).map_err(spi_error)?.unwrap_or_default(),
+                sql_type: r.get(2).map_err(spi_error)?.unwrap_or_default(),
+                timestamp: r.get(3).map_err(spi_error)?.unwrap_or(false),
+                opaque: r.get(4).map_err(spi_error)?.unwrap_or(false),
+                readable: r.get(5).map_err(spi_error)?.unwrap_or(false),
+            });
+        }
+        let primary_key: Vec<String> = client
+            .select(
+                "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_catalog.pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                 WHERE i.indrelid = $1 AND i.indisprimary",
+                None,
+                &args,
+            )
+            .map_err(spi_error)?
+            .first()
+            .get(1)
+            .map_err(spi_error)?
+            .unwrap_or_default();
+        // Foreign keys both ways, in name order; column lists in key order.
+        // (constraint name, other table, this table's columns, the other table's columns)
+        type RawLinks = Vec<(String, pg_sys::Oid, Vec<String>, Vec<String>)>;
+        let links = |sql_side: &str| -> Result<RawLinks> {
+            let (mine, theirs, other) = if sql_side == "parents" {
+                ("conkey", "confkey", "confrelid")
+            } else {
+                ("confkey", "conkey", "conrelid")
+            };
+            let (mine_rel, theirs_rel) = if sql_side == "parents" {
+                ("conrelid", "confrelid")
+            } else {
+                ("confrelid", "conrelid")
+            };
+            let sql = format!(
+                "SELECT c.conname::text, c.{other}, \
+                   (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.{mine}) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.{mine_rel} AND a.attnum = k.n), \
+                   (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.{theirs}) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.{theirs_rel} AND a.attnum = k.n) \
+                 FROM pg_catalog.pg_constraint c WHERE c.contype = 'f' AND c.{mine_rel} = $1 ORDER BY c.conname"
+            );
+            let mut out = Vec::new();
+            for r in client.select(&sql, None, &args).map_err(spi_error)? {
+                out.push((
+                    r.get::<String>(1).map_err(spi_error)?.unwrap_or_default(),
+                    r.get::<pg_sys::Oid>(2)
+                        .map_err(spi_error)?
+                        .unwrap_or(pg_sys::InvalidOid),
+                    r.get::<Vec<String>>(3)
+                        .map_err(spi_error)?
+                        .unwrap_or_default(),
+                    r.get::<Vec<String>>(4)
+                        .map_err(spi_error)?
+                        .unwrap_or_default(),
+                ));
+            }
+            Ok(out)
+        };
+        let relname = |oid: pg_sys::Oid| -> Result<String> {
+            Ok(client
+                .select(
+                    "SELECT relname::text FROM pg_catalog.pg_class WHERE oid = $1",
+                    None,
+                    &[oid.into()],
+                )
+                .map_err(spi_error)?
+                .first()
+                .get::<String>(1)
+                .map_err(spi_error)?
+                .unwrap_or_default())
+        };
+        let mut key_columns: HashSet<String> = primary_key.iter().cloned().collect();
+        let mut parents = Vec::new();
+        let raw = links("parents")?;
+        for (_, other, cols, other_cols) in &raw {
+            key_columns.extend(cols.iter().cloned());
+            // album_id → album, reports_to → reports_to; a composite key: the parent's name.
+            let label = match cols.as_slice() {
+                [one] => one
+                    .strip_suffix("_id")
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(one)
+                    .to_owned(),
+                _ => relname(*other)?,
+            };
+            parents.push(Link {
+                label,
+                cols: cols.clone(),
+                other: *other,
+                other_cols: other_cols.clone(),
+            });
+        }
+        let mut children = Vec::new();
+        let raw = links("children")?;
+        for (_, other, cols, other_cols) in &raw {
+            let child = relname(*other)?;
+            // Two foreign keys from one child table: tell them apart by the child's column.
+            let twice = raw.iter().filter(|(_, o, _, _)| o == other).count() > 1;
+            let label = if twice {
+                format!("{child} ({})", other_cols.join(", "))
+            } else {
+                child
+            };
+            children.push(Link {
+                label,
+                cols: cols.clone(),
+                other: *other,
+                other_cols: other_cols.clone(),
+            });
+        }
+        Ok(Table {
+            oid,
+            name,
+            sql_name,
+            columns,
+            primary_key,
+            key_columns,
+            parents,
+            children,
+        })
+    })
+}

@@ -1,0 +1,233 @@
+//! A whole table's vector column filled in this backend (`tributary_embed_column`): rows read
+//! through one cursor, `batch_size` at a time, embedded ([`RowsToVectors`]) and written back
+//! with one UPDATE per batch, by (tableoid, ctid).
+
+use std::time::{Duration, Instant};
+
+use pgrx::prelude::*;
+use pgrx::spi::quote_identifier;
+
+use crate::pg::catalog::{self, ModelRow};
+use crate::pg::error::{spi_error, Result, TributaryError};
+use crate::pg::gucs;
+use crate::pg::vector::VectorType;
+use crate::service::embed::release_memory;
+use crate::service::rows::RowOptions;
+use crate::service::vectors::RowsToVectors;
+
+/// Embeds every row of `tbl` whose `target` is NULL and returns the number of rows embedded;
+/// see `tributary_embed_column` (src/api/column.rs) for the text of a row. `row_options`: whole
+/// rows (`columns` is `{*}`). The arguments are checked by the caller.
+///
+/// Errors, all before any work: 42809 not a table; 42703 unknown column; 42804 target not
+/// vector/halfvec; 22000 target dimension differs from the model's (`tributary._target_column`);
+/// 42704 unknown model.
+pub(crate) fn embed_column(
+    tbl: pg_sys::Oid,
+    columns: &[String],
+    target: &str,
+    model: Option<&str>,
+    batch_size: i32,
+    row_options: Option<RowOptions>,
+) -> Result<i64> {
+    let model = catalog::model(model)?;
+    let plan = Plan::new(tbl, columns, target, &model, row_options.is_some())?;
+    let row_options = row_options.map(|mut o| {
+        o.exclude.push(target.to_owned());
+        o
+    });
+    let rows_to_vectors = RowsToVectors {
+        table: tbl,
+        row_options: row_options.as_ref(),
+        model: &model,
+        target: plan.target,
+    };
+    let total: i64 = Spi::get_one(&plan.count_sql)
+        .map_err(spi_error)?
+        .unwrap_or(0);
+    let interval = gucs::progress_interval_ms();
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut done: i64 = 0;
+
+    // The cursor outlives the per-batch SPI connections below, so that each batch's tuples,
+    // texts and vector datums are freed when its connection finishes: memory stays flat
+    // whatever the table's size.
+    let cursor_name = Spi::connect(|c| {
+        c.open_cursor(plan.select_sql.as_str(), &[])
+            .detach_into_name()
+    });
+    loop {
+        pgrx::check_for_interrupts!();
+        let n = Spi::connect_mut(|client| -> Result<i64> {
+            let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
+            // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
+            let rows = cursor
+                .fetch((batch_size as i64).min(gucs::max_texts_per_call() as i64))
+                .map_err(spi_error)?;
+            let mut tids = Vec::with_capacity(rows.len());
+            let mut rels = Vec::with_capacity(rows.len());
+            let mut raw = Vec::with_capacity(rows.len());
+            for row in rows {
+                tids.push(
+                    row.get::<pg_sys::ItemPointerData>(1)
+                        .map_err(spi_error)?
+                        .expect("ctid is never NULL"),
+                );
+                rels.push(
+                    row.get::<pg_sys::Oid>(3)
+                        .map_err(spi_error)?
+                        .expect("tableoid is never NULL"),
+                );
+                // Never NULL: the filter asks for some text (a whole row's JSON is never NULL).
+                raw.push(Some(
+                    row.get::<String>(2).map_err(spi_error)?.unwrap_or_default(),
+                ));
+            }
+            if tids.is_empty() {
+                // Dropping the found cursor closes it.
+                return Ok(0);
+            }
+            std::mem::forget(cursor);
+            let vectors = rows_to_vectors.run(raw)?;
+            let n = tids.len() as i64;
+            client
+                .update(
+                    plan.update_sql.as_str(),
+                    None,
+                    &[rels.into(), tids.into(), vectors.datum],
+                )
+                .map_err(spi_error)?;
+            Ok(n)
+        })?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+        if interval > 0 && last_report.elapsed() >= Duration::from_millis(interval) {
+            last_report = Instant::now();
+            let secs = started.elapsed().as_secs_f64();
+            pgrx::notice!(
+                "tributary_embed_column: {done} of {total} rows embedded ({:.0} rows/s)",
+                done as f64 / secs.max(1e-9)
+            );
+        }
+    }
+    release_memory(done as usize);
+    Ok(done)
+}
+
+/// The three statements of one call, with identifiers quoted.
+struct Plan {
+    target: VectorType,
+    count_sql: String,
+    select_sql: String,
+    update_sql: String,
+}
+
+impl Plan {
+    /// `whole_row`: the text is the row's JSON (`row_to_json`), not its `columns`.
+    fn new(
+        tbl: pg_sys::Oid,
+        columns: &[String],
+        target: &str,
+        model: &ModelRow,
+        whole_row: bool,
+    ) -> Result<Self> {
+        let relname: String = Spi::get_one_with_args("SELECT $1::regclass::text", &[tbl.into()])
+            .map_err(spi_error)?
+            .ok_or_else(|| TributaryError::InvalidArgument {
+                message: format!("relation with OID {} does not exist", tbl.to_u32()),
+                hint: None,
+            })?;
+        // Rows are written back by (tableoid, ctid): ordinary and partitioned tables (with
+        // their partitions and inheritance children) only.
+        let relkind: Option<i8> = Spi::get_one_with_args(
+            "SELECT (SELECT relkind FROM pg_catalog.pg_class WHERE oid = $1)",
+            &[tbl.into()],
+        )
+        .map_err(spi_error)?;
+        if !matches!(relkind.map(|k| k as u8), Some(b'r') | Some(b'p')) {
+            return Err(TributaryError::NotATable(relname));
+        }
+        for c in columns.iter().filter(|_| !whole_row) {
+            require_column(tbl, &relname, c)?;
+        }
+        let target_type = target_column(tbl, target, model)?;
+        let cols: Vec<String> = columns.iter().map(quote_identifier).collect();
+        let text_expr = if cols.len() == 1 {
+            format!("{}::text", cols[0])
+        } else {
+            format!(
+                "concat_ws(E'\\n', {})",
+                cols.iter()
+                    .map(|c| format!("{c}::text"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let target = quote_identifier(target);
+        let (text_expr, filter) = if whole_row {
+            // t.*: the row, even when the table has a column named t.
+            (
+                "row_to_json(t.*)::text".to_owned(),
+                format!("{target} IS NULL"),
+            )
+        } else {
+            (
+                text_expr,
+                format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", ")),
+            )
+        };
+        Ok(Plan {
+            target: target_type,
+            count_sql: format!("SELECT count(*) FROM {relname} WHERE {filter}"),
+            // A ctid is unique within one table only: rows of partitions and inheritance
+            // children are told apart by tableoid.
+            select_sql: format!("SELECT ctid, {text_expr}, tableoid FROM {relname} AS t WHERE {filter}"),
+            update_sql: format!(
+                "UPDATE {relname} AS t SET {target} = u.e FROM unnest($1::oid[], $2::tid[], $3) AS u(rel, id, e) \
+                 WHERE t.tableoid = u.rel AND t.ctid = u.id"
+            ),
+        })
+    }
+}
+
+/// 42703 unless `tbl` has a column `column`.
+fn require_column(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<()> {
+    let found = Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
+         WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped)",
+        &[tbl.into(), column.into()],
+    )
+    .map_err(spi_error)?;
+    if found != Some(true) {
+        return Err(TributaryError::UndefinedColumn {
+            relation: relname.into(),
+            column: column.into(),
+        });
+    }
+    Ok(())
+}
+
+/// The type of target column `target` of `tbl`, checked against `model` by
+/// `tributary._target_column` (sql/bootstrap.sql), the one check jobs and prediction use too:
+/// 42703 no such column, 42804 not vector/halfvec, 22000 a dimension other than the model's.
+fn target_column(tbl: pg_sys::Oid, target: &str, model: &ModelRow) -> Result<VectorType> {
+    let typname = Spi::get_one_with_args::<String>(
+        "SELECT tributary._target_column($1::pg_catalog.regclass, $2::pg_catalog.name, $3, $4)",
+        &[
+            tbl.into(),
+            target.into(),
+            model.name.as_str().into(),
+            (model.dimension as i32).into(),
+        ],
+    )
+    .map_err(spi_error)?
+    .unwrap_or_default();
+    VectorType::from_name(&typname).ok_or_else(|| {
+        TributaryError::Internal(format!(
+            "tributary._target_column gave \"{typname}\" for column \"{target}\""
+        ))
+    })
+}

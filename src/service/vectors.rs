@@ -1,0 +1,107 @@
+//! Rows to texts to pgvector datums: the one loop behind `tributary_embed_column` and the jobs'
+//! batches (src/service/column.rs, src/worker/batch.rs).
+//!
+//! Two steps, since a job reads its rows' texts as the job's owner and embeds them as the worker
+//! (src/worker/batch.rs calls [`RowsToVectors::texts`] inside `as_user` and
+//! [`RowsToVectors::vectors`] after it); `tributary_embed_column` runs both as the caller
+//! ([`RowsToVectors::run`]).
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+
+use crate::pg::catalog::ModelRow;
+use crate::pg::error::Result;
+use crate::pg::vector::{HalfVec, Vector, VectorType};
+use crate::service::embed::embed;
+use crate::service::rows::{row_text, row_values, RowOptions};
+
+/// How one batch of rows of `table` becomes vectors.
+pub(crate) struct RowsToVectors<'a> {
+    /// The table the rows are read from (for whole rows: their foreign keys, column types).
+    pub table: pg_sys::Oid,
+    /// Whole rows: each raw text is the row's `row_to_json` text, made into the row's text with
+    /// these options. `None`: each raw text is the text.
+    pub row_options: Option<&'a RowOptions>,
+    pub model: &'a ModelRow,
+    /// The target column's type: the datums are of it, so an fp16 graph's output goes into a
+    /// halfvec bit for bit (no round trip through f32, no cast in the statement).
+    pub target: VectorType,
+}
+
+/// A batch's vectors: a `vector[]` or `halfvec[]` datum, one element per text (NULL for NULL).
+pub(crate) struct Vectors {
+    pub datum: DatumWithOid<'static>,
+    /// Texts embedded (the elements that are not NULL).
+    pub embedded: usize,
+}
+
+impl RowsToVectors<'_> {
+    /// The rows' texts, in order; NULL stays NULL.
+    ///
+    /// Errors: those of [`row_text`] for whole rows (reads context rows as the current role).
+    pub fn texts(&self, raw: Vec<Option<String>>) -> Result<Vec<Option<String>>> {
+        let Some(opts) = self.row_options else {
+            return Ok(raw);
+        };
+        raw.into_iter()
+            .map(|text| match text {
+                Some(json) => {
+                    let values = row_values(&json)?;
+                    Ok(Some(row_text(Some(self.table), &values, opts, self.model)?))
+                }
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    /// Embeds the texts that are not NULL in one call (sorted and cut into runs by the engine)
+    /// and builds the datum of the target's type.
+    ///
+    /// Errors: those of [`embed`] (54000, 53200, the model's).
+    pub fn vectors(&self, texts: &[Option<String>]) -> Result<Vectors> {
+        let present: Vec<&str> = texts.iter().flatten().map(String::as_str).collect();
+        let emb = if present.is_empty() {
+            None
+        } else {
+            Some(embed(&present, Some(&self.model.name))?)
+        };
+        let mut next = 0;
+        let mut take = |has: bool| {
+            let i = next;
+            next += has as usize;
+            has.then_some(i)
+        };
+        let datum: DatumWithOid<'static> = match (self.target, &emb) {
+            (VectorType::HalfVec, Some(emb)) => texts
+                .iter()
+                .map(|t| take(t.is_some()).map(|i| HalfVec(emb.row_f16(i).into_owned())))
+                .collect::<Vec<_>>()
+                .into(),
+            (VectorType::Vector, Some(emb)) => texts
+                .iter()
+                .map(|t| take(t.is_some()).map(|i| Vector(emb.row_f32(i).into_owned())))
+                .collect::<Vec<_>>()
+                .into(),
+            (VectorType::HalfVec, None) => texts
+                .iter()
+                .map(|_| None::<HalfVec>)
+                .collect::<Vec<_>>()
+                .into(),
+            (VectorType::Vector, None) => texts
+                .iter()
+                .map(|_| None::<Vector>)
+                .collect::<Vec<_>>()
+                .into(),
+        };
+        Ok(Vectors {
+            datum,
+            embedded: present.len(),
+        })
+    }
+
+    /// [`Self::texts`], then [`Self::vectors`].
+    pub fn run(&self, raw: Vec<Option<String>>) -> Result<Vectors> {
+        let texts = self.texts(raw)?;
+        self.vectors(&texts)
+    }
+}

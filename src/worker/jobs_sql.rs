@@ -1,0 +1,159 @@
+//! The SQL side of jobs that runs in users' sessions, not in workers: the body of
+//! `tributary._job_call` and `tributary._run_as` (their `#[pg_extern]`s are in src/worker/mod.rs)
+//! and the continuous jobs' trigger `tributary._job_trigger` (C). The job functions themselves
+//! are PL/pgSQL in sql/jobs.sql.
+//!
+//! Whose rights: README, "Security" (src/pg/roles.rs).
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::pg::error::{raise, spi_error, OrRaise, TributaryError};
+use crate::pg::roles::{as_role, as_user, extension_owner};
+
+/// `tributary._job_call(op, args)`: runs `tributary._job_<op>(caller, args)` as the extension's
+/// owner, `caller` being `GetUserId()`.
+///
+/// Errors: 22023 unknown op; 42501 inside a security-restricted operation; the job function's.
+pub(super) fn job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
+    let func = match op {
+        "create" => "_job_create",
+        "pause" => "_job_pause",
+        "resume" => "_job_resume",
+        "cancel" => "_job_cancel",
+        "drop" => "_job_drop",
+        _ => raise(TributaryError::InvalidArgument {
+            message: format!("unknown job operation \"{op}\""),
+            hint: Some("Call tributary_job_create, _pause, _resume, _cancel or _drop.".into()),
+        }),
+    };
+    // SAFETY: plain reads of the session's user state.
+    let caller = unsafe {
+        if pg_sys::InSecurityRestrictedOperation() {
+            pgrx::pg_sys::panic::ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                "tributary jobs cannot be managed within a security-restricted operation",
+                "tributary",
+            )
+            .report(PgLogLevel::ERROR);
+        }
+        pg_sys::GetUserId()
+    };
+    as_role(extension_owner(), || {
+        Spi::get_one_with_args::<i64>(
+            &format!("SELECT tributary.{func}($1, $2)"),
+            &[caller.into(), args.into()],
+        )
+        .map_err(spi_error)
+        .or_raise()
+    })
+}
+
+/// `tributary._run_as(role, sql, arg)`: `sql` (no result; `arg` as `$1` when given) as `role`,
+/// through [`as_user`](crate::pg::roles::as_user).
+pub(super) fn run_as(role: pg_sys::Oid, sql: &str, arg: Option<pgrx::JsonB>) {
+    as_user(role, || {
+        match arg {
+            Some(a) => Spi::run_with_args(sql, &[a.into()]),
+            None => Spi::run(sql),
+        }
+        .map_err(spi_error)
+        .or_raise()
+    });
+}
+
+pgrx::extension_sql!(
+    r#"
+-- The statement-level trigger of continuous jobs (src/worker/jobs_sql.rs, tributary_job_trigger).
+CREATE FUNCTION _job_trigger() RETURNS trigger LANGUAGE c AS 'MODULE_PATHNAME', 'tributary_job_trigger';
+"#,
+    name = "job_trigger",
+    requires = ["bootstrap"]
+);
+
+#[doc(hidden)]
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_tributary_job_trigger() -> &'static pg_sys::Pg_finfo_record {
+    static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// `tributary._job_trigger(job id)`: the AFTER ... FOR EACH STATEMENT trigger of a continuous
+/// job (INSERT, UPDATE, DELETE, TRUNCATE on the source). Reads the job's statement for the
+/// event (`tributary._jobs.enqueue_sql`) as the extension's owner and runs it as the job's owner
+/// ([`as_user`](crate::pg::roles::as_user)) over the transition tables `new_rows`/`old_rows`: whoever writes the source
+/// needs no right on the queue, and the owner's types and casts run with the owner's rights only.
+/// A job that is gone or cancelled does nothing.
+///
+/// Errors: 39P01 when not called as a trigger or without the job id argument.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn tributary_job_trigger(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let protocol = |msg: &'static str| -> ! {
+        pgrx::pg_sys::panic::ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+            msg,
+            "tributary_job_trigger",
+        )
+        .report(PgLogLevel::ERROR);
+        unreachable!()
+    };
+    // SAFETY: fcinfo is the call's; its context is a TriggerData when the trigger manager calls.
+    let td = unsafe {
+        let context = (*fcinfo).context;
+        if context.is_null() || (*context).type_ != pg_sys::NodeTag::T_TriggerData {
+            protocol("tributary._job_trigger() must be called as a trigger");
+        }
+        context.cast::<pg_sys::TriggerData>()
+    };
+    // SAFETY: tg_trigger and its tgargs (tgnargs C strings) belong to the trigger manager.
+    let (job, event) = unsafe {
+        let trigger = (*td).tg_trigger;
+        if (*trigger).tgnargs < 1 {
+            protocol("tributary._job_trigger() needs the job id as its argument");
+        }
+        let arg = std::ffi::CStr::from_ptr(*(*trigger).tgargs)
+            .to_string_lossy()
+            .into_owned();
+        let Ok(job) = arg.parse::<i64>() else {
+            protocol("tributary._job_trigger(): the argument must be a job id")
+        };
+        (job, (*td).tg_event & pg_sys::TRIGGER_EVENT_OPMASK)
+    };
+    let op = match event {
+        pg_sys::TRIGGER_EVENT_INSERT => "INSERT",
+        pg_sys::TRIGGER_EVENT_UPDATE => "UPDATE",
+        pg_sys::TRIGGER_EVENT_DELETE => "DELETE",
+        _ => "TRUNCATE",
+    };
+    let found = as_role(extension_owner(), || {
+        Spi::connect(|c| {
+            let mut rows = c.select(
+                "SELECT owner::oid, enqueue_sql ->> $2 FROM tributary._jobs WHERE id = $1 AND state <> 'cancelled'",
+                None,
+                &[job.into(), op.into()],
+            )?;
+            match rows.next() {
+                Some(r) => Ok::<_, pgrx::spi::Error>(Some((r.get::<pg_sys::Oid>(1)?, r.get::<String>(2)?))),
+                None => Ok(None),
+            }
+        })
+        .map_err(spi_error)
+        .or_raise()
+    });
+    if let Some((Some(owner), Some(sql))) = found {
+        as_user(owner, || {
+            Spi::connect_mut(|c| {
+                // SAFETY: td is this call's TriggerData; registering its transition tables on the
+                // current SPI connection is what PL/pgSQL does for its statements.
+                unsafe { pg_sys::SPI_register_trigger_data(td) };
+                c.update(&sql, None, &[]).map(|_| ())
+            })
+            .map_err(spi_error)
+            .or_raise()
+        });
+    }
+    pg_sys::Datum::from(0usize)
+}

@@ -1,0 +1,120 @@
+//! A job worker's main loop: connect to its database (by name, `bgw_extra`), take a slot in
+//! shared memory, then plan ([`plan`]), run ([`run_job`]) or wait, until nothing is left.
+
+use std::ffi::CString;
+
+use pgrx::bgworkers::BackgroundWorker;
+use pgrx::prelude::*;
+
+use crate::pg::gucs;
+use crate::pg::xact::{in_transaction, log_error};
+use crate::worker::batch::{run_job, After};
+use crate::worker::catalog::{plan, Next};
+use crate::worker::registry;
+
+/// Shows `what` in `pg_stat_activity.query` (and `state`).
+pub(super) fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
+    let c = CString::new(what).unwrap_or_default();
+    // SAFETY: pgstat copies the string.
+    unsafe { pg_sys::pgstat_report_activity(state, c.as_ptr()) };
+}
+
+/// PostgreSQL's own signal handlers, by their C symbols (pg_sys wraps functions in Rust ones,
+/// which cannot be handed to pqsignal).
+mod signals {
+    unsafe extern "C-unwind" {
+        pub fn die(signal: std::ffi::c_int);
+        pub fn StatementCancelHandler(signal: std::ffi::c_int);
+        pub fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+    }
+}
+
+/// Entry point of a job worker (see src/worker/mod.rs). `bgw_extra` is the database's name.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
+    // SAFETY: the standard backend handlers: SIGTERM ends the process at the next interrupt
+    // check, SIGINT cancels the current statement (our batch), SIGHUP reloads the config.
+    unsafe {
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(signals::die));
+        pg_sys::pqsignal(pg_sys::SIGINT as i32, Some(signals::StatementCancelHandler));
+        pg_sys::pqsignal(
+            pg_sys::SIGHUP as i32,
+            Some(signals::SignalHandlerForConfigReload),
+        );
+        pg_sys::BackgroundWorkerUnblockSignals();
+    }
+    let dbname = BackgroundWorker::get_extra().to_owned();
+    BackgroundWorker::connect_worker_to_spi(Some(&dbname), None);
+    // SAFETY: plain reads of process globals set by InitPostgres.
+    let (db, pid) = unsafe { (pg_sys::MyDatabaseId.to_u32(), pg_sys::MyProcPid) };
+    if !registry::take_slot(pid, db) {
+        return;
+    }
+    // The worker's own statements (as superuser) never resolve names through a path others can
+    // write to; the owner's statements get the default path back (as_user).
+    // SAFETY: sets a GUC of this session, outside any transaction.
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+    }
+    let appname = CString::new("tributary worker").unwrap();
+    // SAFETY: pgstat copies the string.
+    unsafe { pg_sys::pgstat_report_appname(appname.as_ptr()) };
+
+    loop {
+        pgrx::check_for_interrupts!();
+        // SAFETY: the flag is set by the SIGHUP handler; reloading is done in the main loop.
+        unsafe {
+            if pg_sys::ConfigReloadPending != 0 {
+                pg_sys::ConfigReloadPending = 0;
+                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+            }
+        }
+        let next = match in_transaction(|| (plan(db, &dbname), true)) {
+            Ok(n) => n,
+            Err(e) => {
+                log_error("tributary worker: looking for work failed", &e);
+                registry::set_wanted(db, &dbname, 0, false);
+                Next::Exit
+            }
+        };
+        match next {
+            Next::Run(job) => {
+                let after = run_job(&job);
+                registry::clear_job();
+                match after {
+                    After::Exit => break,
+                    After::Plan => {}
+                    // Rows are queued but all claimed by other workers (or just failed):
+                    // wait before planning again rather than spin.
+                    After::Wait => wait_poll_interval(),
+                }
+            }
+            Next::Idle => {
+                report_activity(pg_sys::BackendState::STATE_IDLE, "");
+                wait_poll_interval();
+            }
+            Next::Exit => break,
+        }
+    }
+}
+
+fn wait_poll_interval() {
+    // SAFETY: standard latch wait; postmaster death ends the process.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            gucs::job_poll_interval_ms() as std::ffi::c_long,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+        // A cancel while waiting has no batch to stop.
+        pg_sys::QueryCancelPending = 0;
+    }
+}

@@ -1,1 +1,0 @@
-//! Only tests live here: see tests/fidelity.rs.
