@@ -6,7 +6,9 @@
 #   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
 #      in background workers with crash tests, on a second cluster with shared_preload_libraries)
 #   4. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
-#   5. engine unit tests (#[test]) and in-backend tests (#[pg_test]) with cargo pgrx test
+#   5. in-backend tests (#[pg_test]) with cargo pgrx test
+#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
+#      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
 # Ends with a line "N passed, N failed".
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +28,11 @@ step() {  # step NAME COMMAND...
 # The postgres OS user runs the test clusters; it must be able to read the crate.
 chmod -R a+rX "$ROOT" 2>/dev/null || true
 
+# 0. Format and lint gates, and the engine's own tests (crates/engine: no PostgreSQL needed).
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+step "engine unit tests (cargo test -p tributary-engine)" cargo test -p tributary-engine
+
 # 1. Model preparation.
 step "export_model, benchmark report (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py
 
@@ -39,7 +46,7 @@ pgrx_test() {
     if ! sudo -u postgres test -r "$ROOT/Cargo.toml"; then
       src=/tmp/tributary-pgrx-src
       rm -rf "$src" && mkdir -p "$src"
-      tar -C "$ROOT" --exclude=./target --exclude=./.venv --exclude=./tests/fidelity/target -cf - . | tar -C "$src" -xf -
+      tar -C "$ROOT" --exclude=./target --exclude=./.venv -cf - . | tar -C "$src" -xf -
       chmod -R a+rX "$src"
     fi
   fi
@@ -104,7 +111,7 @@ fidelity() {
   cluster_psql -d tributary_fidelity -c "CREATE EXTENSION tributary CASCADE"
   TRIBUTARY_CHECKPOINT="$ckpt" \
   TRIBUTARY_FIDELITY_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_fidelity" \
-    cargo test --release --manifest-path tests/fidelity/Cargo.toml -- --nocapture
+    cargo test --profile fidelity --manifest-path tests/fidelity/Cargo.toml -- --nocapture
 }
 step "fidelity vs candle" fidelity
 

@@ -1,8 +1,10 @@
 //! tributary: transformer models inside PostgreSQL. Text, rows and columns to pgvector
 //! embeddings through ONNX Runtime, in batches, in the backend that asks.
 //!
-//! Layout: `engine/` (no pgrx: ORT sessions, tokenization, batching), `pg/` (settings, errors,
-//! catalog, vector datums), `api/` (the SQL functions).
+//! Layout (README, Architecture): `crates/engine` (its own crate, no pgrx: ORT sessions,
+//! tokenization, batching), `pg/` (PostgreSQL glue: settings, errors, catalog, vector datums,
+//! transactions, roles, relations), `service/` (texts or rows in, vectors or datums out),
+//! `api/` (thin `#[pg_extern]` functions), `worker/` (background workers for jobs).
 
 use pgrx::prelude::*;
 
@@ -17,12 +19,23 @@ pub mod worker;
 
 pgrx::extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 // tributary_predict and tributary_evaluate (plain SQL over pgvector; see the file's header).
-pgrx::extension_sql_file!("../sql/predict.sql", name = "predict", requires = ["bootstrap"]);
+pgrx::extension_sql_file!(
+    "../sql/predict.sql",
+    name = "predict",
+    requires = ["bootstrap"]
+);
 // Jobs: tables, views and the SQL side of job management (see the file's header; workers in worker/).
 pgrx::extension_sql_file!(
     "../sql/jobs.sql",
     name = "jobs",
-    requires = ["bootstrap", "job_trigger", worker::_wake_launcher, worker::_job_call, worker::_run_as, worker::workers]
+    requires = [
+        "bootstrap",
+        "job_trigger",
+        worker::_wake_launcher,
+        worker::_job_call,
+        worker::_run_as,
+        worker::workers
+    ]
 );
 
 /// Registers the settings and, when loaded by `shared_preload_libraries`, the jobs' shared

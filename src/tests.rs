@@ -52,9 +52,13 @@ fn auto_provider_falls_back_to_cpu_and_says_why() {
         "SELECT execution_provider, provider_note FROM tributary_info()",
     )
     .unwrap();
-    // The CPU wheel of ONNX Runtime has no CUDA provider; CI has no GPU.
-    assert_eq!(provider.as_deref(), Some("cpu"));
-    assert!(note.unwrap().contains("cuda"), "the fallback reason names CUDA");
+    // auto: CUDA when the library has it and a GPU answers; otherwise the CPU, and the note says
+    // why (the CPU wheel of ONNX Runtime that setup installs has no CUDA provider).
+    match provider.as_deref() {
+        Some("cpu") => assert!(note.unwrap_or_default().contains("cuda"), "the fallback reason names CUDA"),
+        Some("cuda") => {}
+        other => panic!("auto chose {other:?}"),
+    }
 }
 
 #[pg_test(error = "execution provider \"cuda\" is not available")]
@@ -112,8 +116,8 @@ fn sessions_view_shows_provider_binding_and_counters() {
     catalog::clear_sessions();
     Spi::run("SELECT tributary_embed(ARRAY['one', 'two', repeat('three ', 40)])").unwrap();
     let (provider, binding) = Spi::get_two::<String, bool>("SELECT execution_provider, io_binding FROM tributary.sessions").unwrap();
-    assert_eq!(provider.as_deref(), Some("cpu"));
-    assert_eq!(binding, Some(true), "IoBinding on the CPU provider");
+    assert!(matches!(provider.as_deref(), Some("cpu") | Some("cuda")), "{provider:?}");
+    assert_eq!(binding, Some(true), "IoBinding on the provider in use");
     let (rows, output) = Spi::get_two::<i64, String>("SELECT rows, output_type FROM tributary.sessions").unwrap();
     assert_eq!(rows, Some(3));
     assert_eq!(output.as_deref(), Some("float32"));

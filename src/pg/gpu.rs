@@ -46,7 +46,14 @@ fn tag(slot: u32) -> pg_sys::LOCKTAG {
 fn try_lock(slot: u32, wait: bool) -> bool {
     // SAFETY: a well-formed advisory tag; a session lock outlives transactions and is released by
     // the lock manager at backend exit.
-    let r = unsafe { pg_sys::LockAcquire(&tag(slot), pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true, !wait) };
+    let r = unsafe {
+        pg_sys::LockAcquire(
+            &tag(slot),
+            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+            true,
+            !wait,
+        )
+    };
     r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
 }
 
@@ -95,7 +102,9 @@ pub fn ensure_held() {
         return;
     }
     let cap = gucs::max_gpu_sessions().unwrap_or(0) as u32;
-    let taken = std::iter::once(slot).chain((0..cap).filter(|&s| s != slot)).find(|&s| try_lock(s, false));
+    let taken = std::iter::once(slot)
+        .chain((0..cap).filter(|&s| s != slot))
+        .find(|&s| try_lock(s, false));
     match taken {
         Some(s) => SLOT.with(|c| c.set(Some(s))),
         None => {

@@ -13,7 +13,11 @@ use pgrx::FromDatum;
 pub struct Name(pub String);
 
 impl FromDatum for Name {
-    unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _typoid: pg_sys::Oid) -> Option<Self> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<Self> {
         if is_null || datum.is_null() {
             return None;
         }
@@ -27,7 +31,8 @@ impl FromDatum for Name {
 unsafe impl<'fcx> ArgAbi<'fcx> for Name {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
-        unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| panic!("argument {index} must not be null"))
+        unsafe { arg.unbox_arg_using_from_datum() }
+            .unwrap_or_else(|| panic!("argument {index} must not be null"))
     }
 }
 
@@ -35,5 +40,6 @@ unsafe impl SqlTranslatable for Name {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Name);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Ok(SqlMappingRef::literal("name"));
-    const RETURN_SQL: Result<ReturnsRef, ReturnsError> = Ok(ReturnsRef::One(SqlMappingRef::literal("name")));
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal("name")));
 }

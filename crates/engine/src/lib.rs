@@ -4,10 +4,12 @@
 
 pub mod batch;
 pub mod binding;
+pub mod embeddings;
 pub mod error;
 pub mod manifest;
 pub mod model;
 pub mod rowtext;
+pub mod runtime;
 pub mod signals;
 pub mod tokenize;
 

@@ -3,10 +3,11 @@
 //!
 //! One [`Embedder`] is an ORT session plus its tokenizer. The PostgreSQL side keeps one per
 //! backend and model (created on first use, never in the postmaster) and reuses it.
+//!
+//! Over 600 lines only by its tests (the code is about 580): the tests on the real model use the
+//! module's private items (window planning, run overhead), so they stay here.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use half::f16;
@@ -15,180 +16,14 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionOutputs};
 use ort::value::TensorElementType;
 use ort::value::TensorRef;
-use parking_lot::Mutex;
 
 use super::batch;
 use super::binding::{Bound, HostMemory};
 use super::error::{Error, Result};
 use super::tokenize::{TextTokenizer, Tokens};
 
-/// The ONNX Runtime library this process loaded: where from and its version.
-#[derive(Debug, Clone)]
-pub struct Runtime {
-    pub library: PathBuf,
-    /// e.g. `1.31.1`, read from the library's build info.
-    pub version: String,
-    environment: ort::environment::Environment,
-}
-
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-static RUNTIME_INIT: Mutex<()> = Mutex::new(());
-
-/// Loads the ONNX Runtime shared library at `library` once per process and returns it.
-///
-/// A process can hold only one ONNX Runtime: a later call naming another path is an
-/// [`Error::OrtLibraryChanged`]. A missing or wrong library is an [`Error::OrtLibrary`] and
-/// leaves nothing loaded, so a corrected path can be tried again.
-pub fn runtime(library: &Path) -> Result<&'static Runtime> {
-    if let Some(rt) = RUNTIME.get() {
-        return check_same(rt, library);
-    }
-    let _guard = RUNTIME_INIT.lock();
-    if let Some(rt) = RUNTIME.get() {
-        return check_same(rt, library);
-    }
-    if !library.is_file() {
-        return Err(Error::OrtLibrary {
-            path: library.to_owned(),
-            reason: "no such file".into(),
-        });
-    }
-    // ORT's environment may start threads: none of them may take PostgreSQL's signals.
-    let environment = super::signals::with_signals_blocked(|| -> Result<_> {
-        let builder = ort::init_from(library).map_err(|e| Error::OrtLibrary {
-            path: library.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(builder.with_name("tributary").build()?)
-    })?;
-    let version = library_version(library).unwrap_or_else(|| ort_version(ort::info()));
-    Ok(RUNTIME.get_or_init(|| Runtime {
-        library: library.to_owned(),
-        version,
-        environment,
-    }))
-}
-
-fn check_same(rt: &'static Runtime, library: &Path) -> Result<&'static Runtime> {
-    if rt.library == library {
-        Ok(rt)
-    } else {
-        Err(Error::OrtLibraryChanged {
-            loaded: rt.library.clone(),
-            requested: library.to_owned(),
-        })
-    }
-}
-
-/// The library's own version string (`OrtGetApiBase()->GetVersionString()`, e.g. `1.31.1`).
-/// Opening the already-loaded library again only bumps its reference count.
-fn library_version(library: &Path) -> Option<String> {
-    // SAFETY: OrtGetApiBase has this signature in every ONNX Runtime release (onnxruntime_c_api.h)
-    // and returns a static struct; GetVersionString returns a static NUL-terminated string.
-    unsafe {
-        let lib = libloading::Library::new(library).ok()?;
-        let get: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> =
-            lib.get(b"OrtGetApiBase").ok()?;
-        let base = get();
-        if base.is_null() {
-            return None;
-        }
-        let v = ((*base).GetVersionString)();
-        (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned())
-    }
-}
-
-/// Fallback: pulls `1.31.1` out of ORT's build info (`... git-branch=rel-1.31.1, ...`).
-fn ort_version(info: &str) -> String {
-    info.split([',', ' '])
-        .find_map(|part| part.strip_prefix("git-branch=rel-"))
-        .map(str::to_owned)
-        .unwrap_or_else(|| info.to_owned())
-}
-
-/// Library name prefixes the CUDA and TensorRT execution providers link against or open at run
-/// time (CUDA 13 runtime, cuBLAS, cuFFT, cuRAND, NVRTC, nvJitLink, cuDNN 9 and its sub-libraries,
-/// TensorRT 10).
-const GPU_LIBRARY_PREFIXES: [&str; 10] = [
-    "libcudart.",
-    "libcublasLt.",
-    "libcublas.",
-    "libcufft.",
-    "libcurand.",
-    "libnvrtc",
-    "libnvJitLink.",
-    "libcudnn",
-    "libnvinfer",
-    "libnvonnxparser",
-];
-
-static PRELOADED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// Loads the CUDA, cuDNN and TensorRT libraries found in `dirs` into this process (`RTLD_GLOBAL`),
-/// so that when ONNX Runtime opens its CUDA provider, the provider's dependencies resolve to them
-/// by soname without `LD_LIBRARY_PATH` in the server's environment. This is what
-/// `onnxruntime.preload_dlls()` does for Python. Libraries that need others are retried until
-/// nothing more loads, so the order in the directory does not matter. Each directory is loaded
-/// once per process; returns what could not be loaded, `; `-separated (unreadable directories
-/// and libraries that failed to load), or empty when all went well. An unreadable directory does
-/// not stop the others from loading.
-pub fn preload_libraries(dirs: &[PathBuf]) -> String {
-    let mut done = PRELOADED.lock();
-    let mut pending: Vec<PathBuf> = Vec::new();
-    let mut bad_dirs = Vec::new();
-    for dir in dirs {
-        if done.contains(dir) {
-            continue;
-        }
-        done.push(dir.clone());
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            bad_dirs.push(format!("{}: not a readable directory", dir.display()));
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.contains(".so") && GPU_LIBRARY_PREFIXES.iter().any(|p| name.starts_with(p)) {
-                pending.push(entry.path());
-            }
-        }
-    }
-    pending.sort();
-    let mut last_errors = Vec::new();
-    while !pending.is_empty() {
-        let before = pending.len();
-        last_errors.clear();
-        pending.retain(|path| {
-            // SAFETY: loading a shared library runs its initialisers; these are NVIDIA's libraries
-            // from a directory a superuser named in tributary.cuda_library_path.
-            match unsafe {
-                libloading::os::unix::Library::open(
-                    Some(path),
-                    libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
-                )
-            } {
-                Ok(lib) => {
-                    // Kept for the life of the process, like the provider that uses it.
-                    std::mem::forget(lib);
-                    false
-                }
-                Err(e) => {
-                    // libloading's Display is only "dlopen failed"; dlerror()'s text (which names
-                    // the file) is its source.
-                    last_errors.push(
-                        std::error::Error::source(&e)
-                            .map_or_else(|| e.to_string(), |s| s.to_string()),
-                    );
-                    true
-                }
-            }
-        });
-        if pending.len() == before {
-            break;
-        }
-    }
-    bad_dirs.extend(last_errors);
-    bad_dirs.join("; ")
-}
+pub use super::embeddings::{Embeddings, Values};
+pub use super::runtime::{preload_libraries, runtime, Runtime};
 
 /// Which execution provider to ask for (`tributary.execution_provider`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -270,87 +105,6 @@ impl EmbedderConfig {
             tensorrt_cache_dir: None,
             io_binding: true,
         }
-    }
-}
-
-/// Embedding values as the model returns them: f32 from fp32 graphs, f16 from fp16 graphs
-/// exported with an fp16 output.
-#[derive(Debug, Clone)]
-pub enum Values {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-}
-
-/// `[rows, dimension]` embeddings in input order, row-major, plus what they cost.
-#[derive(Debug, Clone)]
-pub struct Embeddings {
-    pub dimension: usize,
-    pub values: Values,
-    /// Real (non-padding) tokens fed to the model.
-    pub tokens: usize,
-    /// Tokens including padding (rows * padded width, summed over batches).
-    pub padded_tokens: usize,
-    pub batches: usize,
-}
-
-impl Embeddings {
-    /// `[rows, dimension]` zeros. Errors: [`Error::OutOfMemory`] when the allocation fails
-    /// (or its size overflows), instead of aborting the process.
-    fn zeroed(dimension: usize, rows: usize, f16_output: bool) -> Result<Self> {
-        let n = rows
-            .checked_mul(dimension)
-            .ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
-        fn filled<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-                bytes: n.saturating_mul(std::mem::size_of::<T>()),
-            })?;
-            v.resize(n, zero);
-            Ok(v)
-        }
-        let values = if f16_output {
-            Values::F16(filled(n, f16::ZERO)?)
-        } else {
-            Values::F32(filled(n, 0.0f32)?)
-        };
-        Ok(Embeddings {
-            dimension,
-            values,
-            tokens: 0,
-            padded_tokens: 0,
-            batches: 0,
-        })
-    }
-
-    pub fn rows(&self) -> usize {
-        let len = match &self.values {
-            Values::F32(v) => v.len(),
-            Values::F16(v) => v.len(),
-        };
-        len.checked_div(self.dimension).unwrap_or(0)
-    }
-
-    /// Row `i` as `[dimension]` f32 (converted when the model returned f16).
-    pub fn row_f32(&self, i: usize) -> Cow<'_, [f32]> {
-        let r = i * self.dimension..(i + 1) * self.dimension;
-        match &self.values {
-            Values::F32(v) => Cow::Borrowed(&v[r]),
-            Values::F16(v) => Cow::Owned(v[r].iter().map(|x| x.to_f32()).collect()),
-        }
-    }
-
-    /// Row `i` as `[dimension]` f16 (converted, rounding to nearest, when the model returned f32).
-    pub fn row_f16(&self, i: usize) -> Cow<'_, [f16]> {
-        let r = i * self.dimension..(i + 1) * self.dimension;
-        match &self.values {
-            Values::F16(v) => Cow::Borrowed(&v[r]),
-            Values::F32(v) => Cow::Owned(v[r].iter().map(|&x| f16::from_f32(x)).collect()),
-        }
-    }
-
-    /// Whether the model returned f16 (so a halfvec needs no conversion).
-    pub fn is_f16(&self) -> bool {
-        matches!(self.values, Values::F16(_))
     }
 }
 
@@ -825,7 +579,7 @@ fn scatter(
 
 #[cfg(test)]
 mod tests {
-    use super::{fill_batch, ort_version, Tokens};
+    use super::{fill_batch, Tokens};
 
     #[test]
     fn batches_are_filled_row_major_with_padding_masked_out() {
@@ -844,34 +598,6 @@ mod tests {
         fill_batch(&tokens, &[2, 1], 4, 0, &mut ids, &mut mask);
         assert_eq!(ids, [101, 5, 6, 102, 101, 102, 0, 0]);
         assert_eq!(mask, [1, 1, 1, 1, 1, 1, 0, 0]);
-    }
-
-    #[test]
-    fn version_from_build_info() {
-        let info = "ORT Build Info: git-branch=rel-1.31.1, git-commit-id=abc, build type=Release";
-        assert_eq!(ort_version(info), "1.31.1");
-        assert_eq!(ort_version("something else"), "something else");
-    }
-
-    /// An unreadable directory is reported and does not stop the next one from being loaded;
-    /// a library that fails to load is reported with dlerror's text, which names the file.
-    #[test]
-    fn preload_reports_every_failure() {
-        let base = std::env::temp_dir().join(format!("tributary-preload-{}", std::process::id()));
-        let good = base.join("lib");
-        std::fs::create_dir_all(&good).unwrap();
-        std::fs::write(good.join("libcudart.so.99"), b"not an ELF file").unwrap();
-        let missing = base.join("missing");
-        let out = super::preload_libraries(&[missing.clone(), good.clone()]);
-        assert!(
-            out.contains(&format!("{}: not a readable directory", missing.display())),
-            "{out}"
-        );
-        assert!(
-            out.contains("libcudart.so.99"),
-            "the second directory was read too: {out}"
-        );
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }
 
