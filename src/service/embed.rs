@@ -15,7 +15,6 @@ use crate::pg::vector::Vector;
 /// Errors: 54000 more than `tributary.max_texts_per_call` texts (checked first); 53200 when the
 /// `[texts, dim]` output cannot be allocated; the model's errors.
 pub(crate) fn embed(texts: &[&str], model: Option<&str>) -> Result<Embeddings> {
-    check_count(texts.len())?;
     embed_with(&catalog::model(model)?, texts)
 }
 
@@ -28,7 +27,7 @@ pub(crate) fn check_count(count: usize) -> Result<()> {
     Ok(())
 }
 
-/// [`embed`] with the catalog row already read.
+/// [`embed`] with the catalog row already read; checks the count before any work.
 fn embed_with(model: &ModelRow, texts: &[&str]) -> Result<Embeddings> {
     check_count(texts.len())?;
     let emb = catalog::with_embedder(model, |e| {

@@ -71,25 +71,21 @@ impl RowsToVectors<'_> {
             next += has as usize;
             has.then_some(i)
         };
-        let datum: DatumWithOid<'static> = match (self.target, &emb) {
-            (VectorType::HalfVec, Some(emb)) => texts
+        // A text that is not NULL takes the next row of `emb` (which exists whenever one does).
+        let emb = emb.as_ref();
+        let datum: DatumWithOid<'static> = match self.target {
+            VectorType::HalfVec => texts
                 .iter()
-                .map(|t| take(t.is_some()).map(|i| HalfVec(emb.row_f16(i).into_owned())))
+                .map(|t| {
+                    take(t.is_some()).and_then(|i| emb.map(|e| HalfVec(e.row_f16(i).into_owned())))
+                })
                 .collect::<Vec<_>>()
                 .into(),
-            (VectorType::Vector, Some(emb)) => texts
+            VectorType::Vector => texts
                 .iter()
-                .map(|t| take(t.is_some()).map(|i| Vector(emb.row_f32(i).into_owned())))
-                .collect::<Vec<_>>()
-                .into(),
-            (VectorType::HalfVec, None) => texts
-                .iter()
-                .map(|_| None::<HalfVec>)
-                .collect::<Vec<_>>()
-                .into(),
-            (VectorType::Vector, None) => texts
-                .iter()
-                .map(|_| None::<Vector>)
+                .map(|t| {
+                    take(t.is_some()).and_then(|i| emb.map(|e| Vector(e.row_f32(i).into_owned())))
+                })
                 .collect::<Vec<_>>()
                 .into(),
         };

@@ -83,12 +83,8 @@ impl TextTokenizer {
     /// thread pool; no PostgreSQL call is made from those threads). Output is in input order,
     /// one [`Tokens`] per text.
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<Tokens>> {
-        let max = self.max_bytes();
-        let encodings = self
-            .inner
-            .encode_batch(texts.iter().map(|t| cut(t, max)).collect::<Vec<_>>(), true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(encodings
+        Ok(self
+            .encode_cut(texts, true)?
             .into_iter()
             .map(|e| Tokens {
                 ids: e.get_ids().iter().map(|&id| id as i32).collect(),
@@ -100,15 +96,26 @@ impl TextTokenizer {
     /// out (`[len] usize`, at most `max_length` tokens: longer texts are truncated). Used to cut
     /// a text at a token boundary.
     pub fn token_ends(&self, texts: &[&str]) -> Result<Vec<Vec<usize>>> {
-        let max = self.max_bytes();
-        let encodings = self
-            .inner
-            .encode_batch(texts.iter().map(|t| cut(t, max)).collect::<Vec<_>>(), false)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(encodings
+        Ok(self
+            .encode_cut(texts, false)?
             .into_iter()
             .map(|e| e.get_offsets().iter().map(|&(_, end)| end).collect())
             .collect())
+    }
+
+    /// HF tokenizers' batch encoding of `texts`, each [`cut`] to [`Self::max_bytes`] first.
+    fn encode_cut(
+        &self,
+        texts: &[&str],
+        add_special_tokens: bool,
+    ) -> Result<Vec<tokenizers::Encoding>> {
+        let max = self.max_bytes();
+        self.inner
+            .encode_batch(
+                texts.iter().map(|t| cut(t, max)).collect::<Vec<_>>(),
+                add_special_tokens,
+            )
+            .map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
     /// Number of special tokens added to one text (`[CLS]` and `[SEP]`: 2 for BERT).
