@@ -84,6 +84,14 @@ CREATE TABLE tributary._job_batches (
 );
 CREATE INDEX ON tributary._job_batches (job_id, finished_at);
 REVOKE ALL ON tributary._jobs, tributary._job_errors, tributary._job_batches FROM PUBLIC;
+-- pg_dump keeps the jobs (and their failed rows) with the database: the job tables' rows and the id
+-- sequence are dumped and restored with it. The queues (tributary._queue_<id>, not members of the
+-- extension) and the continuous jobs' triggers on the sources are dumped as ordinary objects, so a
+-- restored job goes on where the dump left it (README, Dump and restore). _job_batches only
+-- feeds rows_per_second and is not kept.
+SELECT pg_catalog.pg_extension_config_dump('tributary._jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('tributary._jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('tributary._job_errors', '');
 
 -- Rows waiting in a job's queue (claimed rows of batches not yet committed included).
 -- Runs with the caller's rights: a job's owner may read its queue, nobody else.
