@@ -38,6 +38,9 @@ pgrx::extension_sql_file!(
     ]
 );
 
+// COMMENT ON for every object of the extension, after all of them exist.
+pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
+
 /// Registers the settings and, when loaded by `shared_preload_libraries`, the jobs' shared
 /// memory and launcher (src/worker/). Nothing here touches ONNX Runtime: sessions are created on first use
 /// in a backend, never in the postmaster.
