@@ -1,0 +1,132 @@
+"""ALTER EXTENSION tributary UPDATE from 0.1.0 (sql/versions/tributary--0.1.0.sql, the released
+install script, installed beside the current one by scripts/setup.sh) with a registered model and
+a running continuous job: the job goes on after the update, and the updated extension is the same,
+object for object, as a fresh install of the current version.
+
+Runs on the jobs cluster (TRIBUTARY_JOBS_DSN), in two databases of its own.
+"""
+import difflib
+import os
+import time
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+import pytest
+
+from jobwait import wait_until
+
+OLD = "0.1.0"
+UPD, FRESH = "tributary_upgrade", "tributary_upgrade_fresh"
+
+# Every member object of the extension, described by what defines it: functions by
+# pg_get_functiondef (body, attributes, SET clauses), relations by their columns, constraints,
+# indexes, options and view definitions, and every object's owner, privileges and comment. The
+# extension's dumped configuration (pg_extension_config_dump) and version too.
+DESCRIBE = r"""
+WITH ext AS (SELECT oid, extconfig, extcondition, extversion, extrelocatable, extnamespace FROM pg_extension WHERE extname = 'tributary'),
+members AS (
+    SELECT d.classid, d.objid FROM pg_depend d, ext
+    WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e')
+SELECT 'function ' || p.oid::regprocedure || E'\n' || pg_get_functiondef(p.oid)
+       || E'\nowner ' || p.proowner::regrole || E'\nacl ' || coalesce(p.proacl::text, 'default')
+       || E'\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
+FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
+UNION ALL
+SELECT c.relkind || ' ' || c.oid::regclass
+       || E'\ncolumns ' || coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+              || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+              || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), ''), ', ' ORDER BY a.attnum)
+            FROM pg_attribute a LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '')
+       || E'\nconstraints ' || coalesce((SELECT string_agg(conname || ' ' || pg_get_constraintdef(oid), '; ' ORDER BY conname)
+            FROM pg_constraint WHERE conrelid = c.oid), '')
+       || E'\nindexes ' || coalesce((SELECT string_agg(pg_get_indexdef(indexrelid), '; ' ORDER BY pg_get_indexdef(indexrelid))
+            FROM pg_index WHERE indrelid = c.oid), '')
+       || E'\ntriggers ' || coalesce((SELECT string_agg(pg_get_triggerdef(t.oid), '; ' ORDER BY tgname)
+            FROM pg_trigger t WHERE tgrelid = c.oid AND NOT tgisinternal), '')
+       || E'\noptions ' || coalesce(c.reloptions::text, '-') || ' rls ' || c.relrowsecurity
+       || E'\nview ' || CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) ELSE '-' END
+       || E'\nowner ' || c.relowner::regrole || E'\nacl ' || coalesce(c.relacl::text, 'default')
+       || E'\ncolumn acls ' || coalesce((SELECT string_agg(attname || ' ' || attacl::text, ', ' ORDER BY attnum)
+            FROM pg_attribute WHERE attrelid = c.oid AND attacl IS NOT NULL), '-')
+       || E'\ncomment ' || coalesce(obj_description(c.oid, 'pg_class'), '-')
+FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
+UNION ALL
+SELECT pg_describe_object(m.classid, m.objid, 0)
+       || E'\ncomment ' || coalesce(obj_description(m.objid, m.classid::regclass::name), '-')
+FROM members m WHERE m.classid NOT IN ('pg_proc'::regclass, 'pg_class'::regclass)
+UNION ALL
+SELECT 'extension ' || extversion || ' relocatable ' || extrelocatable || ' schema ' || extnamespace::regnamespace
+       || E'\nconfig ' || coalesce((SELECT string_agg(x::regclass::text || ' ' || coalesce(w, '-'), '; ' ORDER BY x::regclass::text)
+            FROM unnest(extconfig, extcondition) AS u(x, w)), '-')
+FROM ext
+ORDER BY 1
+"""
+
+
+@pytest.fixture(scope="module")
+def env():
+    dsn = os.environ.get("TRIBUTARY_JOBS_DSN")
+    if not dsn:
+        pytest.fail("TRIBUTARY_JOBS_DSN is not set: run these through scripts/test.sh")
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for name in (UPD, FRESH):
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {name}")
+        current = c.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'tributary'").fetchone()[0]
+        versions = {r[0] for r in c.execute("SELECT version FROM pg_available_extension_versions WHERE name = 'tributary'")}
+    assert OLD in versions, f"tributary {OLD} is not installed beside {current}: scripts/setup.sh copies sql/versions/"
+    assert current != OLD
+    yield {"dsn": dsn, "current": current}
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for name in (UPD, FRESH):
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def db(env, name):
+    return psycopg.connect(make_conninfo(env["dsn"], dbname=name), autocommit=True)
+
+
+def job(c, job_id):
+    cur = c.execute("SELECT * FROM tributary.jobs WHERE id = %s", (job_id,))
+    return dict(zip([d.name for d in cur.description], cur.fetchone()))
+
+
+def test_update_from_0_1_0(env):
+    with db(env, UPD) as c:
+        c.execute(f"CREATE EXTENSION tributary VERSION '{OLD}' CASCADE")
+        # A model registered under 0.1.0 (the default model's files under another name).
+        path = c.execute("SELECT path FROM tributary.models WHERE name = 'all-MiniLM-L6-v2'").fetchone()[0]
+        c.execute("SELECT tributary_register_model('minilm-registered', %s)", (path,))
+        c.execute("CREATE TABLE notes (id int PRIMARY KEY, body text, e vector(384))")
+        c.execute("INSERT INTO notes VALUES (1, 'zebra'), (2, 'apple'), (3, 'car engine')")
+        jid = c.execute("SELECT tributary_job_create('notes', '{body}', 'e', model => 'minilm-registered', "
+                        "mode => 'continuous')").fetchone()[0]
+        wait_until(lambda j: job(c, j), jid, lambda j: j["rows_done"] == 3 and j["rows_queued"] == 0, 120, "0.1.0 job caught up")
+
+        c.execute("ALTER EXTENSION tributary UPDATE")
+        assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'tributary'").fetchone()[0] == env["current"]
+        assert c.execute("SELECT count(*) FROM tributary.models WHERE name = 'minilm-registered'").fetchone()[0] == 1
+
+        # The job goes on: new and changed rows are embedded by the updated extension.
+        c.execute("INSERT INTO notes VALUES (4, 'banana bread'), (5, 'violin')")
+        c.execute("UPDATE notes SET body = 'glacier' WHERE id = 1")
+        j = wait_until(lambda j: job(c, j), jid, lambda j: j["rows_done"] == 6 and j["rows_queued"] == 0, 60, "job caught up after the update")
+        assert j["state"] == "running"
+        worst, missing = c.execute("SELECT min(1 - (e <=> tributary_embed(body, 'minilm-registered'))), "
+                                   "count(*) FILTER (WHERE e IS NULL) FROM notes").fetchone()
+        assert missing == 0 and worst > 0.9999, (worst, missing)
+        # A new job under the new version.
+        c.execute("CREATE TABLE more (id int PRIMARY KEY, body text, e vector(384))")
+        c.execute("INSERT INTO more VALUES (1, 'oak tree'), (2, 'red wine')")
+        new = c.execute("SELECT tributary_job_create('more', '{body}', 'e')").fetchone()[0]
+        wait_until(lambda j: job(c, j), new, lambda j: j["state"] == "done", 60, "new job done")
+        updated = [r[0] for r in c.execute(DESCRIBE)]
+
+    with db(env, FRESH) as c:
+        c.execute("CREATE EXTENSION tributary CASCADE")
+        fresh = [r[0] for r in c.execute(DESCRIBE)]
+
+    if updated != fresh:
+        diff = "\n".join(difflib.unified_diff(fresh, updated, "fresh install", "updated from " + OLD, lineterm="", n=1))
+        pytest.fail("the updated extension differs from a fresh install:\n" + diff[:20000])
