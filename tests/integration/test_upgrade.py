@@ -32,7 +32,7 @@ SELECT 'function ' || p.oid::regprocedure || E'\n' || pg_get_functiondef(p.oid)
        || E'\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
 FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
 UNION ALL
-SELECT c.relkind || ' ' || c.oid::regclass
+SELECT c.relkind::text || ' ' || c.oid::regclass
        || E'\ncolumns ' || coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
               || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
               || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), ''), ', ' ORDER BY a.attnum)

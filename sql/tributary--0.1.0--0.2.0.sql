@@ -1,0 +1,69 @@
+-- tributary 0.1.0 -> 0.2.0 (ALTER EXTENSION tributary UPDATE). Written by hand; the test
+-- tests/integration/test_upgrade.py checks that an updated extension equals a fresh 0.2.0
+-- install object by object (definitions, owners, privileges, comments, dumped configuration).
+\echo Use "ALTER EXTENSION tributary UPDATE TO '0.2.0'" to load this file. \quit
+
+-- Dump and restore: the jobs are dumped with the database (README, Dump and restore).
+SELECT pg_catalog.pg_extension_config_dump('tributary._jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('tributary._jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('tributary._job_errors', '');
+
+-- Comments on every object (sql/comments.sql, repeated here as it stands in 0.2.0).
+COMMENT ON SCHEMA tributary IS 'tributary: the model catalog, jobs, views and internal functions (the tributary_* functions live in the extension''s schema)';
+
+-- Embedding
+COMMENT ON FUNCTION tributary_embed(text, text) IS 'Embedding of one text with a model (default: tributary.model): vector or halfvec of the model''s dimension, unit L2 norm; NULL in, NULL out. Errors: 42704 unknown model, 58P01 missing files, 38000 ONNX Runtime failure.';
+COMMENT ON FUNCTION tributary_embed(text[], text) IS 'Embeddings of many texts in one batched call: vector[] in the same order, NULL elements stay NULL. At most tributary.max_texts_per_call texts (54000 beyond).';
+COMMENT ON FUNCTION tributary_embed(record, text, text[], text[], integer, integer, text[], timestamp with time zone, boolean, integer) IS 'Embedding of a whole row with its foreign-key context, exactly the text tributary_row_text() gives for the same options; NULL in, NULL out.';
+COMMENT ON FUNCTION tributary_embed_column(regclass, text[], name, text, integer, text[], integer, integer, text[], timestamp with time zone) IS 'Fills the target vector/halfvec column for every row where it is NULL (columns, or ''{*}'' for whole rows), batch_size rows at a time, in the caller''s transaction; returns the rows written. Ordinary, partitioned and inheritance tables; 42809 for anything else.';
+COMMENT ON FUNCTION tributary_row_text(record, text[], text[], integer, integer, text[], timestamp with time zone, boolean, integer, text, integer) IS 'The text a row becomes for embedding (row template version ''template''): its columns as "column: value" lines, with parents and children through foreign keys, cut to max_tokens tokens by fair shares.';
+COMMENT ON FUNCTION tributary_row_template_version() IS 'The row template version tributary_row_text() uses by default (1).';
+COMMENT ON FUNCTION tributary_tokenize(text, text) IS 'The token ids (integer[]) the model sees for a text: special tokens included, truncated to the model''s max length in tokens; NULL in, NULL out.';
+
+-- Models and sessions
+COMMENT ON FUNCTION tributary_info(text) IS 'The model (default: tributary.model): dimension, max length in tokens, pooling, precision, the execution provider actually in use and why, the ONNX Runtime version and library.';
+COMMENT ON FUNCTION tributary_register_model(text, text, text) IS 'Registers a prepared model directory (model.onnx, tokenizer.json, tributary.json) under a name (superuser only, 42501).';
+COMMENT ON FUNCTION tributary_drop_model(text) IS 'Removes a registered model from tributary.models (superuser only, 42501); its files are left alone.';
+COMMENT ON FUNCTION tributary_sessions() IS 'This backend''s ONNX Runtime sessions: execution provider and why, GPU slot, graph, output type, IoBinding, runs, rows, tokens, padded tokens, ms in ONNX Runtime.';
+COMMENT ON TABLE tributary.models IS 'The model catalog: name, directory, dimension, max length, pooling, precision. Readable by everyone; written by tributary_register_model() and tributary_drop_model().';
+COMMENT ON VIEW tributary.sessions IS 'This backend''s ONNX Runtime sessions (tributary_sessions()).';
+COMMENT ON VIEW tributary.gpu_sessions IS 'Cluster-wide: the backends that hold a GPU slot (at most tributary.max_gpu_sessions).';
+
+-- Prediction
+COMMENT ON FUNCTION tributary_predict(regclass, name, name, vector, integer, text) IS 'Predicts column label for a query embedding from the k nearest rows of tbl that have it: similarity-weighted vote (categories, with confidence) or weighted mean and stddev (numbers), with the neighbours as evidence.';
+COMMENT ON FUNCTION tributary_evaluate(regclass, name, name, name, integer, double precision, text, integer) IS 'Held-out evaluation of tributary_predict on a table: accuracy and macro-F1 (categories) or MAE (numbers) next to the majority-class or mean baseline, split by a seeded hash of group_by.';
+COMMENT ON FUNCTION tributary.label_kind(regclass, name, text) IS 'Internal (tributary_predict): whether a label column is a category or a number.';
+COMMENT ON FUNCTION tributary.embedding_type(regclass, name) IS 'Internal (tributary_predict): the vector type of an embedding column.';
+COMMENT ON FUNCTION tributary.row_key(regclass, text) IS 'Internal (tributary_predict): the jsonb key expression of a table''s rows (primary key, else ctid).';
+COMMENT ON FUNCTION tributary.knn_vote(text[], double precision[]) IS 'Internal (tributary_predict): similarity-weighted vote over neighbour labels.';
+COMMENT ON FUNCTION tributary.knn_mean(double precision[], double precision[]) IS 'Internal (tributary_predict): similarity-weighted mean and standard deviation of neighbour values.';
+COMMENT ON FUNCTION tributary._target_column(regclass, name, text, integer, text, text) IS 'Internal: checks a target column (vector or halfvec of the model''s dimension) and returns its type; 42703, 42804, 22000.';
+
+-- Jobs
+COMMENT ON FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[]) IS 'Creates a job: background workers embed every row of a table (once), or keep embedding new and changed rows (continuous), batch by batch, each batch its own transaction. Table owner only. Needs tributary in shared_preload_libraries.';
+COMMENT ON FUNCTION tributary_job_pause(bigint) IS 'Pauses a job of yours: workers stop after their current batch; tributary_job_resume() goes on.';
+COMMENT ON FUNCTION tributary_job_resume(bigint) IS 'Resumes a paused or failed job of yours, giving its failed rows a new chance (55000 for a cancelled job).';
+COMMENT ON FUNCTION tributary_job_cancel(bigint) IS 'Cancels a job of yours: no more batches; what was written stays.';
+COMMENT ON FUNCTION tributary_job_drop(bigint) IS 'Drops a job of yours: its queue, its triggers and its row in tributary.jobs; embeddings already written stay.';
+COMMENT ON FUNCTION tributary.workers() IS 'Job background workers and the launcher: pid, database, job, rows and batches; other roles'' workers are shown only to superusers and members of pg_read_all_stats.';
+COMMENT ON VIEW tributary.jobs IS 'The jobs of the roles you are a member of: state, mode, rows done, queued and failed, rows per second and seconds left, the last error.';
+COMMENT ON VIEW tributary.job_errors IS 'Rows of your jobs that failed: key, SQLSTATE, message, attempts, and whether they wait for a retry, are queued again or were given up.';
+COMMENT ON TABLE tributary._jobs IS 'Internal: one row per job, with the statements its workers run (written only by the extension''s functions; see tributary.jobs).';
+COMMENT ON TABLE tributary._job_errors IS 'Internal: one row per failed key of a job (see tributary.job_errors).';
+COMMENT ON TABLE tributary._job_batches IS 'Internal: committed batches of the last hour, for rows_per_second.';
+COMMENT ON SEQUENCE tributary._jobs_id_seq IS 'Internal: job ids.';
+COMMENT ON FUNCTION tributary._job_call(text, jsonb) IS 'Internal: runs tributary._job_<op>(caller, args) as the extension''s owner for the tributary_job_* functions, with the calling role as caller.';
+COMMENT ON FUNCTION tributary._job_trigger() IS 'Internal: the statement-level trigger of continuous jobs; queues changed rows'' keys as the job''s owner.';
+COMMENT ON FUNCTION tributary._run_as(oid, text, jsonb) IS 'Internal: runs a statement as a role, security-restricted, with the default search_path.';
+COMMENT ON FUNCTION tributary._wake_launcher() IS 'Internal: asks the launcher, at commit, for a worker in this database.';
+COMMENT ON FUNCTION tributary._queued(regclass) IS 'Internal: rows in a job''s queue, NULL without SELECT on it.';
+COMMENT ON FUNCTION tributary._vector_type(text) IS 'Internal: the schema-qualified name of pgvector''s vector or halfvec type.';
+COMMENT ON FUNCTION tributary._own_job(oid, bigint, boolean) IS 'Internal: a job the caller owns (42704 otherwise), locked.';
+COMMENT ON FUNCTION tributary._job_create(oid, jsonb) IS 'Internal: tributary_job_create() as the extension''s owner.';
+COMMENT ON FUNCTION tributary._job_pause(oid, jsonb) IS 'Internal: tributary_job_pause() as the extension''s owner.';
+COMMENT ON FUNCTION tributary._job_resume(oid, jsonb) IS 'Internal: tributary_job_resume() as the extension''s owner.';
+COMMENT ON FUNCTION tributary._job_cancel(oid, jsonb) IS 'Internal: tributary_job_cancel() as the extension''s owner.';
+COMMENT ON FUNCTION tributary._job_drop(oid, jsonb) IS 'Internal: tributary_job_drop() as the extension''s owner.';
+COMMENT ON FUNCTION tributary._job_cleanup(tributary._jobs) IS 'Internal: removes a job''s queue and triggers.';
+COMMENT ON FUNCTION tributary._requeue_due(bigint) IS 'Internal: puts a job''s failed rows whose retry time has come back into its queue, as the job''s owner.';
+COMMENT ON FUNCTION tributary._finish_if_done(bigint) IS 'Internal: marks a once job done when its queue is empty and no row waits for a retry.';
