@@ -12,6 +12,9 @@ use pgrx::prelude::*;
 use crate::pg::gucs;
 use crate::worker::registry::{self, Want};
 
+/// How often the launcher looks for databases created since it started.
+const DB_RESCAN: Duration = Duration::from_secs(10);
+
 /// Registers the launcher with the postmaster (from `_PG_init`, while preload libraries load).
 pub(super) fn register() {
     BackgroundWorkerBuilder::new("tributary launcher")
@@ -35,6 +38,10 @@ pub extern "C-unwind" fn tributary_launcher_main(_arg: pg_sys::Datum) {
     // Every database is asked once; beyond MAX_SLOTS at a time, the rest as entries free up.
     let mut to_probe = databases();
     to_probe.reverse();
+    // Databases created later (CREATE DATABASE, or pg_restore into a new one with running jobs)
+    // are asked too, once, when a look at pg_database every DB_RESCAN finds them.
+    let mut known: Vec<pg_sys::Oid> = to_probe.iter().map(|(o, _)| *o).collect();
+    let mut last_rescan = Instant::now();
     let mut running: Vec<(u32, DynamicBackgroundWorker)> = Vec::new();
     let mut last_full_log: Option<Instant> = None;
     loop {
@@ -43,6 +50,15 @@ pub extern "C-unwind" fn tributary_launcher_main(_arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         running.retain(|(_, h)| !matches!(h.pid(), Err(BackgroundWorkerStatus::Stopped)));
+        if last_rescan.elapsed() >= DB_RESCAN {
+            last_rescan = Instant::now();
+            for (db, name) in databases() {
+                if !known.contains(&db) {
+                    known.push(db);
+                    to_probe.insert(0, (db, name));
+                }
+            }
+        }
         while let Some((db, name)) = to_probe.last() {
             if !registry::set_wanted(db.to_u32(), name, 1, true) {
                 break;

@@ -110,6 +110,15 @@ pub(super) fn set_wanted(db: u32, name: &str, wanted: u32, at_least: bool) -> bo
     true
 }
 
+/// Whether database `db` asks for workers now (shared lock only: the continuous trigger's check).
+pub(super) fn is_wanted(db: pg_sys::Oid) -> bool {
+    REGISTRY
+        .share()
+        .dbs
+        .iter()
+        .any(|d| d.db == db.to_u32() && d.wanted > 0)
+}
+
 /// The databases that ask for workers now.
 pub(super) fn wanted() -> Vec<Want> {
     REGISTRY

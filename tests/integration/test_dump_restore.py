@@ -32,6 +32,8 @@ def env():
         c.execute(f"CREATE DATABASE {SRC}")
     yield {"dsn": dsn, "pgbin": pgbin}
     with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("ALTER SYSTEM RESET tributary.max_workers")
+        c.execute("SELECT pg_reload_conf()")
         for db in (SRC, DST):
             c.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
@@ -75,6 +77,16 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         c.execute("SELECT tributary_job_pause(%s)", (paused,))
         c.execute("INSERT INTO feed2 VALUES (1, 'glacier melt'), (2, 'violin concerto')")
         assert job(c, paused)["rows_queued"] == 2
+        # Rows queued while no worker runs (tributary.max_workers = 0, the source's worker
+        # stopped): the running job is dumped with them, and the restored database gets a worker
+        # with nobody asking, because the launcher finds databases created after it started.
+        c.execute("ALTER SYSTEM SET tributary.max_workers = 0")
+        c.execute("SELECT pg_reload_conf()")
+        time.sleep(1)
+        c.execute("SELECT pg_terminate_backend(pid) FROM tributary.workers() w WHERE w.datid = "
+                  "(SELECT oid FROM pg_database WHERE datname = current_database())")
+        c.execute("INSERT INTO feed VALUES (20, 'red wine'), (21, 'chess opening')")
+        assert job(c, cont)["rows_queued"] == 2
         jobs_before = c.execute("SELECT id, name, state, mode, rows_done FROM tributary.jobs ORDER BY id").fetchall()
 
     dump = tmp_path / "src.dump"
@@ -85,6 +97,8 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         c.execute("SELECT tributary_job_drop(id) FROM tributary.jobs")
     with psycopg.connect(env["dsn"], autocommit=True) as c:
         c.execute(f"CREATE DATABASE {DST}")
+        c.execute("ALTER SYSTEM RESET tributary.max_workers")
+        c.execute("SELECT pg_reload_conf()")
     r = subprocess.run([os.path.join(env["pgbin"], "pg_restore"), *conn_args, "--exit-on-error", "-d", DST, str(dump)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -96,9 +110,12 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         # The running continuous job goes on by itself: its restored triggers queue new and
         # changed rows, and a worker embeds them.
         assert job(c, cont)["state"] == "running"
+        assert job(c, cont)["rows_queued"] == 2
+        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 12, 60,
+                   "the restored queue drained by a worker nobody asked for")
         c.execute("INSERT INTO feed VALUES (11, 'tax return deadline'), (12, 'oak tree leaves')")
         c.execute("UPDATE feed SET body = 'jet engine repair' WHERE id = 1")
-        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 13, 60, "new rows embedded")
+        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 15, 60, "new rows embedded")
         # The paused one resumes where the dump left it.
         c.execute("SELECT tributary_job_resume(%s)", (paused,))
         wait_until(lambda j: job(c, j), paused, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 2, 60, "restored queue drained")
