@@ -3,7 +3,10 @@
 --
 -- A job owns a queue table (tributary._queue_<id>, the source's primary key columns): creating
 -- the job fills it with every row still to embed; in continuous mode statement-level triggers on
--- the source add inserted rows and updated rows whose source columns changed. A worker claims a
+-- the source (on every table of a partitioned source's tree, kept in step with partitions created,
+-- attached and detached by the event trigger tributary_job_partitions) add inserted rows and
+-- updated rows whose source columns changed. A job on an ordinary table covers that table's own
+-- rows only (ONLY): a primary key is not unique across inheritance children. A worker claims a
 -- batch (DELETE ... FOR UPDATE SKIP LOCKED), reads the rows' text as the job's owner, embeds
 -- them, writes the vectors as the owner, adds the batch to the job's progress and commits: the
 -- claim, the vectors and the progress are one transaction, so a crash loses or repeats nothing.

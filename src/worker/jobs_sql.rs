@@ -79,7 +79,9 @@ pub extern "C" fn pg_finfo_tributary_job_trigger() -> &'static pg_sys::Pg_finfo_
 }
 
 /// `tributary._job_trigger(job id)`: the AFTER ... FOR EACH STATEMENT trigger of a continuous
-/// job (INSERT, UPDATE, DELETE, TRUNCATE on the source). Reads the job's statement for the
+/// job (INSERT, UPDATE, DELETE, TRUNCATE on the source, and on every table of a partitioned
+/// source's tree: a statement fires the triggers of the table it names only; see
+/// `tributary._job_sync_tables` in sql/jobs.sql). Reads the job's statement for the
 /// event (`tributary._jobs.enqueue_sql`) as the extension's owner and runs it as the job's owner
 /// ([`as_user`](crate::pg::roles::as_user)) over the transition tables `new_rows`/`old_rows`: whoever writes the source
 /// needs no right on the queue, and the owner's types and casts run with the owner's rights only.
