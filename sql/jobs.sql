@@ -444,7 +444,21 @@ BEGIN
             -- embeddings of rows gone go.
             'TRUNCATE', CASE WHEN tgt <> source AND skind = 'r' THEN format('TRUNCATE %s', tgt_from)
                              WHEN tgt <> source THEN format('DELETE FROM %s g WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
-                                                           tgt_from, src, k_src, k_g) END))
+                                                           tgt_from, src, k_src, k_g) END,
+            -- The triggers on the source's ancestors (partitioned tables above a partition,
+            -- inheritance parents), whose transition tables hold rows of other tables too: keys
+            -- of rows now in the source are queued (of the ancestor's columns only the key's are
+            -- used), and with a target table, embeddings of keys no longer in it go.
+            'INSERT via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+                                 q, k_new, src_from, k_src, k_new, nonnull_t),
+            'UPDATE via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+                                 q, k_new, src_from, k_src, k_new, nonnull_t)
+                          || CASE WHEN tgt <> source THEN
+                                 format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                        tgt_from, k_g, k_old, src_from, k_src, k_old) ELSE '' END,
+            'DELETE via', CASE WHEN tgt <> source THEN
+                                 format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                        tgt_from, k_g, k_old, src_from, k_src, k_old) END))
          WHERE tributary._jobs.id = id;
     END IF;
     SELECT * INTO jr FROM tributary._jobs x WHERE x.id = id;
@@ -455,17 +469,14 @@ BEGIN
         -- triggers of the table it names only, and may name any partition. Partitions attached
         -- or created later get them from the event trigger tributary_job_partitions.
         PERFORM tributary._job_sync_tables(jr, false);
-        -- Its partition or inheritance ancestors: their statements fire their own triggers only.
-        WITH RECURSIVE up(rel, depth) AS (SELECT inhparent, 1 FROM pg_inherits WHERE inhrelid = source
-                                          UNION ALL SELECT i.inhparent, up.depth + 1 FROM pg_inherits i JOIN up ON i.inhrelid = up.rel)
+        -- Ancestors that get no trigger (tributary._job_watchers): their statements go unseen.
         SELECT string_agg(x.rel::regclass::text, ', ' ORDER BY x.depth) INTO ancestors
-          FROM (SELECT rel, min(depth) AS depth FROM up GROUP BY rel) x;
+          FROM tributary._job_ancestors(source) x
+         WHERE x.rel NOT IN (SELECT tributary._job_watchers(source, caller));
         IF ancestors IS NOT NULL THEN
             RAISE NOTICE 'continuous job % does not see writes to "%" made through %', id, src, ancestors
-                USING DETAIL = 'A statement fires the statement-level triggers of the table it names only.',
-                      HINT = CASE WHEN (SELECT relispartition FROM pg_class WHERE oid = source)
-                                  THEN 'Make the job on the partitioned root: its triggers see the statements on every table of the tree.'
-                                  ELSE 'Write to the table itself, not through its parents.' END;
+                USING DETAIL = 'A statement fires the statement-level triggers of the table it names only; the job''s owner must own an ancestor, and the ancestor have the key''s columns, for the job to put triggers on it.',
+                      HINT = 'Write to the table itself, not through these tables.';
         END IF;
     END IF;
     IF skind = 'r' THEN
@@ -493,13 +504,39 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      WHERE c.relkind IN ('r', 'p')
 $$;
 
+-- The partition and inheritance ancestors of `source`, nearest first.
+CREATE FUNCTION tributary._job_ancestors(source regclass) RETURNS TABLE (rel regclass, depth integer)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE up(rel, depth) AS (SELECT inhparent, 1 FROM pg_inherits WHERE inhrelid = source
+                                      UNION ALL SELECT i.inhparent, up.depth + 1 FROM pg_inherits i JOIN up ON i.inhrelid = up.rel)
+    SELECT rel::regclass, min(depth) FROM up GROUP BY rel
+$$;
+
+-- The ancestors of a continuous job's source that get its "via" triggers: a statement naming
+-- an ancestor fires the ancestor's statement-level triggers only, whatever rows of the source it
+-- changes. Only ordinary and partitioned tables owned by the job's owner (or a role it is a
+-- member of: the triggers run the owner's statements on that table's writes) and having every
+-- column of the source's primary key.
+CREATE FUNCTION tributary._job_watchers(source regclass, owner oid) RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT a.rel FROM tributary._job_ancestors(source) a JOIN pg_class c ON c.oid = a.rel
+     WHERE c.relkind IN ('r', 'p') AND pg_has_role(owner, c.relowner, 'USAGE')
+       AND NOT EXISTS (
+           SELECT 1 FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) k(attnum)
+             JOIN pg_attribute sa ON sa.attrelid = i.indrelid AND sa.attnum = k.attnum
+            WHERE i.indrelid = source AND i.indisprimary
+              AND NOT EXISTS (SELECT 1 FROM pg_attribute aa WHERE aa.attrelid = a.rel AND aa.attname = sa.attname
+                                AND aa.atttypid = sa.atttypid AND aa.attnum > 0 AND NOT aa.attisdropped))
+$$;
+
 -- The job's triggers, wherever they are: (table, trigger name). Found by function and name, so
 -- a partition detached since still gives its triggers back.
 CREATE FUNCTION tributary._job_triggers(job bigint) RETURNS TABLE (rel regclass, tgname name)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT t.tgrelid::regclass, t.tgname FROM pg_trigger t
      WHERE t.tgfoid = 'tributary._job_trigger()'::regprocedure
-       AND t.tgname IN (SELECT ('tributary_job_' || job || '_' || x)::name FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x)
+       AND t.tgname IN (SELECT ('tributary_job_' || job || '_' || v || x)::name
+                          FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x, unnest(ARRAY['', 'via_']) v)
 $$;
 
 -- The statement that queues the rows of `rel` still to embed (rows whose target is NULL, or
@@ -546,8 +583,22 @@ DECLARE
     rel regclass;
 BEGIN
     FOR r IN SELECT x.rel, x.tgname FROM tributary._job_triggers(j.id) x
-              WHERE x.rel NOT IN (SELECT tributary._job_tables(j.source)) LOOP
+              WHERE (CASE WHEN x.tgname LIKE '%\_via\_%' THEN x.rel NOT IN (SELECT tributary._job_watchers(j.source, j.owner))
+                          ELSE x.rel NOT IN (SELECT tributary._job_tables(j.source)) END) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
+    END LOOP;
+    -- The source's ancestors: statements naming them.
+    FOR rel IN SELECT x FROM tributary._job_watchers(j.source, j.owner) x
+                WHERE NOT EXISTS (SELECT 1 FROM tributary._job_triggers(j.id) t WHERE t.rel = x AND t.tgname = ('tributary_job_' || j.id || '_via_insert')::name)
+                ORDER BY x::oid LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
+            'tributary_job_' || j.id || '_via_insert', rel, j.id);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
+            'tributary_job_' || j.id || '_via_update', rel, j.id);
+        IF j.target_table IS NOT NULL THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
+                'tributary_job_' || j.id || '_via_delete', rel, j.id);
+        END IF;
     END LOOP;
     FOR rel IN SELECT x FROM tributary._job_tables(j.source) x
                 WHERE NOT EXISTS (SELECT 1 FROM tributary._job_triggers(j.id) t WHERE t.rel = x AND t.tgname = ('tributary_job_' || j.id || '_insert')::name)
@@ -596,12 +647,15 @@ BEGIN
     IF rels IS NULL THEN
         RETURN;
     END IF;
-    -- Jobs whose source is the table the command named or one of its partition ancestors.
+    -- Jobs whose source is the table the command named, one of its partition ancestors (the
+    -- tree gained or lost a table) or descendants (the source got or lost an ancestor), or that
+    -- have triggers on it.
     FOR j IN SELECT * FROM tributary._jobs x
               WHERE x.mode = 'continuous' AND x.state <> 'cancelled'
-                AND x.source IN (SELECT a.relid FROM unnest(rels) r(oid)
-                                  CROSS JOIN LATERAL pg_partition_ancestors(r.oid) a
-                                  WHERE EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.oid))
+                AND (x.source = ANY (rels)
+                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_ancestors(r.oid) a)
+                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_tree(r.oid) a)
+                     OR EXISTS (SELECT 1 FROM tributary._job_triggers(x.id) t WHERE t.rel = ANY (rels)))
               ORDER BY x.id LOOP
         PERFORM tributary._job_sync_tables(j, true);
     END LOOP;

@@ -70,13 +70,19 @@ SELECT tributary_job_create('jt', '{body}', 'e', target_table => 'jt_pemb') AS j
 SELECT count(*) AS queued FROM tributary._queue_:job;
 SELECT tributary_job_drop(:job);
 
--- A job on one partition covers that partition; it cannot see statements on its ancestors, and
--- says so.
+-- A job on one partition covers that partition; statements naming its ancestors fire theirs
+-- only, so the ancestors get "via" triggers, which queue the keys now in the partition.
 SET client_min_messages = notice;
 SELECT tributary_job_create('jt_us_old', '{body}', 'e', mode => 'continuous') AS job \gset
 SET client_min_messages = warning;
 SELECT * FROM job_triggers(:job);
+TRUNCATE tributary._queue_:job;
+INSERT INTO jt VALUES (13, 'us', 2002, 'through the root into jt_us_old'), (14, 'eu', 2002, 'elsewhere');
+UPDATE jt_us SET body = 'changed through the middle' WHERE id = 1;
+UPDATE jt SET year = 2003 WHERE id = 11;                          -- moved into jt_us_old
+SELECT * FROM tributary._queue_:job ORDER BY id;
 SELECT tributary_job_drop(:job);
+SELECT count(*) AS triggers_left FROM pg_trigger WHERE tgname LIKE 'tributary\_job\_%';
 
 -- Inheritance: a primary key is not unique across a parent and its children, so a job on the
 -- parent covers the parent's own rows only (and says so); a job on a child covers the child's.
@@ -84,19 +90,27 @@ CREATE TABLE ji (id int PRIMARY KEY, body text, e vector(384));
 CREATE TABLE ji_c1 (extra int) INHERITS (ji);
 CREATE TABLE ji_c2 () INHERITS (ji);
 ALTER TABLE ji_c1 ADD PRIMARY KEY (id);
+CREATE TABLE ji_c3 (code text PRIMARY KEY) INHERITS (ji);   -- keyed by a column the parent lacks
 INSERT INTO ji VALUES (1, 'parent one'), (2, 'parent two');
 INSERT INTO ji_c1 VALUES (1, 'child one'), (2, 'child two'), (3, 'child three');
 INSERT INTO ji_c2 VALUES (1, 'other child one');
 SET client_min_messages = notice;
 SELECT tributary_job_create('ji', '{body}', 'e', mode => 'continuous') AS job \gset
 SELECT tributary_job_create('ji_c1', '{body}', 'e', mode => 'continuous') AS child_job \gset
+-- The parent lacks ji_c3's key: writes through it go unseen, and the job says so.
+SELECT tributary_job_create('ji_c3', '{body}', 'e', mode => 'continuous') AS c3_job \gset
 SET client_min_messages = warning;
 SELECT * FROM tributary._queue_:job ORDER BY id;
 SELECT * FROM tributary._queue_:child_job ORDER BY id;
 SELECT * FROM job_triggers(:job);
 SELECT * FROM job_triggers(:child_job);
+SELECT * FROM job_triggers(:c3_job);
+TRUNCATE tributary._queue_:child_job;
+UPDATE ji SET body = 'changed through the parent' WHERE id = 2;  -- rows 2 of ji and of ji_c1: queued once
+SELECT * FROM tributary._queue_:child_job ORDER BY id;
 SELECT tributary_job_drop(:job);
 SELECT tributary_job_drop(:child_job);
+SELECT tributary_job_drop(:c3_job);
 
 -- Views are refused.
 CREATE VIEW jt_view AS SELECT * FROM jt;
