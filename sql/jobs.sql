@@ -3,7 +3,10 @@
 --
 -- A job owns a queue table (tributary._queue_<id>, the source's primary key columns): creating
 -- the job fills it with every row still to embed; in continuous mode statement-level triggers on
--- the source add inserted rows and updated rows whose source columns changed. A worker claims a
+-- the source (on every table of a partitioned source's tree, kept in step with partitions created,
+-- attached and detached by the event trigger tributary_job_partitions) add inserted rows and
+-- updated rows whose source columns changed. A job on an ordinary table covers that table's own
+-- rows only (ONLY): a primary key is not unique across inheritance children. A worker claims a
 -- batch (DELETE ... FOR UPDATE SKIP LOCKED), reads the rows' text as the job's owner, embeds
 -- them, writes the vectors as the owner, adds the batch to the job's progress and commits: the
 -- claim, the vectors and the progress are one transaction, so a crash loses or repeats nothing.
@@ -216,6 +219,12 @@ DECLARE
     filter    text;
     guard     text;     -- what the row's text is made of, to check before writing that it did not change
     checked   text;     -- that check over the source row t and the batch's row u (continuous mode)
+    skind     "char";   -- the source's relkind: r or p
+    src_from  text;     -- the source in FROM: ONLY for an ordinary table (not its inheritance children)
+    tgt_from  text;     -- the target table in FROM, DELETE and TRUNCATE: ONLY for an ordinary table
+    n_kids    integer;
+    ancestors text;
+    jr        tributary._jobs;
 BEGIN
     IF source IS NULL OR columns IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'source, columns and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -257,10 +266,15 @@ BEGIN
     IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = source), 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', src USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF (SELECT relkind FROM pg_class WHERE oid = source) <> 'r' THEN
+    -- Partitioned tables: the primary key holds the partition key, so a key is unique across the
+    -- whole tree and the job covers every partition. An ordinary table: its own rows only (ONLY),
+    -- since a primary key is not unique across inheritance children.
+    skind := (SELECT relkind FROM pg_class WHERE oid = source);
+    IF skind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '"%" is not a table', src USING ERRCODE = 'wrong_object_type',
-            HINT = 'Jobs embed ordinary tables; partitioned tables and views are not supported.';
+            HINT = 'Jobs embed ordinary and partitioned tables; for a view, make the job on its base table.';
     END IF;
+    src_from := CASE WHEN skind = 'r' THEN 'ONLY ' ELSE '' END || src;
 
     SELECT * INTO m FROM tributary.models x WHERE x.name = coalesce(model, current_setting('tributary.model'));
     IF NOT FOUND THEN
@@ -314,13 +328,15 @@ BEGIN
             EXECUTE format('ALTER TABLE %s OWNER TO %s', tgt, caller::regrole);
         ELSIF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tgt), 'USAGE') THEN
             RAISE EXCEPTION 'must be owner of table %', tgt USING ERRCODE = 'insufficient_privilege';
-        ELSIF (SELECT relkind FROM pg_class WHERE oid = tgt) <> 'r' THEN
-            RAISE EXCEPTION '"%" is not a table', tgt USING ERRCODE = 'wrong_object_type';
+        ELSIF (SELECT relkind FROM pg_class WHERE oid = tgt) NOT IN ('r', 'p') THEN
+            RAISE EXCEPTION '"%" is not a table', tgt USING ERRCODE = 'wrong_object_type',
+                HINT = 'A target table is an ordinary or partitioned table.';
         ELSIF (SELECT relpersistence FROM pg_class WHERE oid = tgt) = 't' THEN
             RAISE EXCEPTION 'jobs cannot write to temporary table %', tgt USING ERRCODE = 'feature_not_supported';
         END IF;
     END IF;
     tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
+    tgt_from := CASE WHEN (SELECT relkind FROM pg_class WHERE oid = tgt) = 'r' THEN 'ONLY ' ELSE '' END || tgt_name;
     -- 42703, 42804, 22000 (sql/bootstrap.sql), as tributary_embed_column checks its target.
     tgt_type := tributary._target_column(tgt, target, m.name, m.dimension, relname => tgt_name);
     vtype := tributary._vector_type(tgt_type);
@@ -379,16 +395,11 @@ BEGIN
     -- casts are the owner's code.
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s', q, caller::regrole);
     -- No write between the fill and the triggers goes unseen.
+    -- (A partitioned table's partitions are locked with it; an ordinary table's children are not
+    -- the job's.)
     IF mode = 'continuous' THEN
-        EXECUTE format('LOCK TABLE %s IN SHARE MODE', src);
+        EXECUTE format('LOCK TABLE %s IN SHARE MODE', src_from);
     END IF;
-    IF tgt = source THEN
-        filter := format('t.%I IS NULL', target);
-    ELSE
-        filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) = (%s))', tgt_name, k_g, k_src);
-    END IF;
-    -- Read as the owner: the owner's types, casts and policies run with the owner's rights.
-    PERFORM tributary._run_as(caller, format('INSERT INTO %s SELECT %s FROM %s t WHERE %s AND %s', q, k_src, src, filter, nonnull_t));
     checked := CASE WHEN mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
     INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
@@ -400,15 +411,15 @@ BEGIN
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
         caller, q::regclass,
         format('WITH c AS (DELETE FROM %s AS q USING (SELECT ctid AS tid FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) AS s '
-               'WHERE q.ctid = s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c))::text FROM c', q, q, k_o),
+               'WHERE q.ctid = s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', q, q, k_o),
         format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
-               'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c))::text FROM c', q, q, k_q, k_kk),
-        format('SELECT to_jsonb(k)::text, %s, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
-               'FOR KEY SHARE OF t', text_expr, guard, src, q, k_src, k_k),
+               'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', q, q, k_q, k_kk),
+        format('SELECT to_jsonb(k.*)::text, %s, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
+               'FOR KEY SHARE OF t', text_expr, guard, src_from, q, k_src, k_k),
         CASE WHEN tgt = source THEN
             format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
                    'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s) AND %s',
-                   src, target, vtype, q, k_src, k_kk, checked)
+                   src_from, target, vtype, q, k_src, k_kk, checked)
         ELSE
             format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
                    'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk '
@@ -416,7 +427,7 @@ BEGIN
                    'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
                    'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
                    'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
-                   vtype, q, src, k_src, k_kk, checked, tgt_name, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
+                   vtype, q, src_from, k_src, k_kk, checked, tgt_from, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
                    tgt_name, k_o, target, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p), k_o, target, target)
         END,
         format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '
@@ -435,33 +446,239 @@ BEGIN
                       || CASE WHEN tgt <> source THEN
                              -- separate target table: keys that went away take their embedding along
                              format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%s) = (%s))',
-                                    tgt_name, k_g, k_old, k_new, k_old) ELSE '' END,
-            'DELETE', CASE WHEN tgt <> source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s)', tgt_name, k_g, k_old) END,
-            'TRUNCATE', CASE WHEN tgt <> source THEN format('TRUNCATE %s', tgt_name) END))
+                                    tgt_from, k_g, k_old, k_new, k_old) ELSE '' END,
+            'DELETE', CASE WHEN tgt <> source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s)', tgt_from, k_g, k_old) END,
+            -- A TRUNCATE fires the trigger of every table it empties: of one partition, only the
+            -- embeddings of rows gone go.
+            'TRUNCATE', CASE WHEN tgt <> source AND skind = 'r' THEN format('TRUNCATE %s', tgt_from)
+                             WHEN tgt <> source THEN format('DELETE FROM %s g WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                                           tgt_from, src, k_src, k_g) END,
+            -- The triggers on the source's ancestors (partitioned tables above a partition,
+            -- inheritance parents), whose transition tables hold rows of other tables too: keys
+            -- of rows now in the source are queued (of the ancestor's columns only the key's are
+            -- used), and with a target table, embeddings of keys no longer in it go.
+            'INSERT via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+                                 q, k_new, src_from, k_src, k_new, nonnull_t),
+            'UPDATE via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+                                 q, k_new, src_from, k_src, k_new, nonnull_t)
+                          || CASE WHEN tgt <> source THEN
+                                 format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                        tgt_from, k_g, k_old, src_from, k_src, k_old) ELSE '' END,
+            'DELETE via', CASE WHEN tgt <> source THEN
+                                 format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                        tgt_from, k_g, k_old, src_from, k_src, k_old) END))
          WHERE tributary._jobs.id = id;
-        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
-            'tributary_job_' || id || '_insert', src, id);
-        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
-            'tributary_job_' || id || '_update', src, id);
-        IF tgt <> source THEN
-            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
-                'tributary_job_' || id || '_delete', src, id);
-            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
-                'tributary_job_' || id || '_truncate', src, id);
+    END IF;
+    SELECT * INTO jr FROM tributary._jobs x WHERE x.id = id;
+    -- Read as the owner: the owner's types, casts and policies run with the owner's rights.
+    PERFORM tributary._run_as(caller, tributary._job_fill_sql(jr, source));
+    IF mode = 'continuous' THEN
+        -- On every table of a partitioned source's tree: a statement fires the statement-level
+        -- triggers of the table it names only, and may name any partition. Partitions attached
+        -- or created later get them from the event trigger tributary_job_partitions.
+        PERFORM tributary._job_sync_tables(jr, false);
+        -- Ancestors that get no trigger (tributary._job_watchers): their statements go unseen.
+        SELECT string_agg(x.rel::regclass::text, ', ' ORDER BY x.depth) INTO ancestors
+          FROM tributary._job_ancestors(source) x
+         WHERE x.rel NOT IN (SELECT tributary._job_watchers(source, caller));
+        IF ancestors IS NOT NULL THEN
+            RAISE NOTICE 'continuous job % does not see writes to "%" made through %', id, src, ancestors
+                USING DETAIL = 'A statement fires the statement-level triggers of the table it names only; the job''s owner must own an ancestor, and the ancestor have the key''s columns, for the job to put triggers on it.',
+                      HINT = 'Write to the table itself, not through these tables.';
+        END IF;
+    END IF;
+    IF skind = 'r' THEN
+        WITH RECURSIVE down(rel) AS (SELECT inhrelid FROM pg_inherits WHERE inhparent = source
+                                     UNION SELECT i.inhrelid FROM pg_inherits i JOIN down ON i.inhparent = down.rel)
+        SELECT count(*) INTO n_kids FROM down;
+        IF n_kids > 0 THEN
+            RAISE NOTICE 'job % embeds the rows of "%" only, not those of its % inheritance child table(s)', id, src, n_kids
+                USING DETAIL = 'A primary key is not unique across an inheritance tree.',
+                      HINT = 'Make a job for each child table.';
         END IF;
     END IF;
     PERFORM tributary._wake_launcher();
     RETURN id;
 END $fn$;
 
--- Drops what a job added to the database: its triggers and queue.
+-- The tables a continuous job's triggers belong on: the source, and for a partitioned source
+-- every partitioned table and partition of its tree, at any depth (foreign-table partitions
+-- cannot have triggers with transition tables and are left out).
+CREATE FUNCTION tributary._job_tables(source regclass) RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT source
+    UNION
+    SELECT p.relid FROM pg_partition_tree(source) p JOIN pg_class c ON c.oid = p.relid
+     WHERE c.relkind IN ('r', 'p')
+$$;
+
+-- The partition and inheritance ancestors of `source`, nearest first.
+CREATE FUNCTION tributary._job_ancestors(source regclass) RETURNS TABLE (rel regclass, depth integer)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE up(rel, depth) AS (SELECT inhparent, 1 FROM pg_inherits WHERE inhrelid = source
+                                      UNION ALL SELECT i.inhparent, up.depth + 1 FROM pg_inherits i JOIN up ON i.inhrelid = up.rel)
+    SELECT rel::regclass, min(depth) FROM up GROUP BY rel
+$$;
+
+-- The ancestors of a continuous job's source that get its "via" triggers: a statement naming
+-- an ancestor fires the ancestor's statement-level triggers only, whatever rows of the source it
+-- changes. Only ordinary and partitioned tables owned by the job's owner (or a role it is a
+-- member of: the triggers run the owner's statements on that table's writes) and having every
+-- column of the source's primary key.
+CREATE FUNCTION tributary._job_watchers(source regclass, owner oid) RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT a.rel FROM tributary._job_ancestors(source) a JOIN pg_class c ON c.oid = a.rel
+     WHERE c.relkind IN ('r', 'p') AND pg_has_role(owner, c.relowner, 'USAGE')
+       AND NOT EXISTS (
+           SELECT 1 FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) k(attnum)
+             JOIN pg_attribute sa ON sa.attrelid = i.indrelid AND sa.attnum = k.attnum
+            WHERE i.indrelid = source AND i.indisprimary
+              AND NOT EXISTS (SELECT 1 FROM pg_attribute aa WHERE aa.attrelid = a.rel AND aa.attname = sa.attname
+                                AND aa.atttypid = sa.atttypid AND aa.attnum > 0 AND NOT aa.attisdropped))
+$$;
+
+-- The job's triggers, wherever they are: (table, trigger name). Found by function and name, so
+-- a partition detached since still gives its triggers back.
+CREATE FUNCTION tributary._job_triggers(job bigint) RETURNS TABLE (rel regclass, tgname name)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT t.tgrelid::regclass, t.tgname FROM pg_trigger t
+     WHERE t.tgfoid = 'tributary._job_trigger()'::regprocedure
+       AND t.tgname IN (SELECT ('tributary_job_' || job || '_' || v || x)::name
+                          FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x, unnest(ARRAY['', 'via_']) v)
+$$;
+
+-- The statement that queues the rows of `rel` still to embed (rows whose target is NULL, or
+-- missing from the target table, and that have some text): `rel` is the job's source (the whole
+-- tree of a partitioned one; an ordinary table's own rows only) or a table of its tree. Run as
+-- the job's owner.
+CREATE FUNCTION tributary._job_fill_sql(j tributary._jobs, rel regclass) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pk       text[];
+    tgt_from text;
+    filter   text;
+    nonnull  text := 'true';
+BEGIN
+    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord) INTO pk
+      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = j.source AND i.indisprimary;
+    IF j.target_table IS NULL THEN
+        filter := format('t.%I IS NULL', j.target);
+    ELSE
+        tgt_from := (SELECT CASE WHEN c.relkind = 'r' THEN 'ONLY ' ELSE '' END || format('%I.%I', n.nspname, c.relname)
+                       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = j.target_table);
+        filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) = (%s))', tgt_from,
+                         (SELECT string_agg('g.' || p, ', ') FROM unnest(pk) p), (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p));
+    END IF;
+    IF j.columns <> '{*}' THEN
+        nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x));
+    END IF;
+    RETURN (SELECT format('INSERT INTO %s SELECT %s FROM %s%I.%I t WHERE %s AND %s', j.queue,
+                          (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p),
+                          CASE WHEN c.relkind = 'r' THEN 'ONLY ' ELSE '' END, n.nspname, c.relname, filter, nonnull)
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel);
+END $$;
+
+-- Puts a continuous job's triggers on exactly the tables of tributary._job_tables(source): adds
+-- them where missing (a partition created or attached since; with `fill`, its rows still to
+-- embed are queued, as the owner) and drops them from tables that left the tree (a detached
+-- partition). Runs as the extension's owner: CREATE/DROP TRIGGER only, no code of a user's.
+CREATE FUNCTION tributary._job_sync_tables(j tributary._jobs, fill boolean) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r   record;
+    rel regclass;
+BEGIN
+    FOR r IN SELECT x.rel, x.tgname FROM tributary._job_triggers(j.id) x
+              WHERE (CASE WHEN x.tgname LIKE '%\_via\_%' THEN x.rel NOT IN (SELECT tributary._job_watchers(j.source, j.owner))
+                          ELSE x.rel NOT IN (SELECT tributary._job_tables(j.source)) END) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
+    END LOOP;
+    -- The source's ancestors: statements naming them.
+    FOR rel IN SELECT x FROM tributary._job_watchers(j.source, j.owner) x
+                WHERE NOT EXISTS (SELECT 1 FROM tributary._job_triggers(j.id) t WHERE t.rel = x AND t.tgname = ('tributary_job_' || j.id || '_via_insert')::name)
+                ORDER BY x::oid LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
+            'tributary_job_' || j.id || '_via_insert', rel, j.id);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
+            'tributary_job_' || j.id || '_via_update', rel, j.id);
+        IF j.target_table IS NOT NULL THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
+                'tributary_job_' || j.id || '_via_delete', rel, j.id);
+        END IF;
+    END LOOP;
+    FOR rel IN SELECT x FROM tributary._job_tables(j.source) x
+                WHERE NOT EXISTS (SELECT 1 FROM tributary._job_triggers(j.id) t WHERE t.rel = x AND t.tgname = ('tributary_job_' || j.id || '_insert')::name)
+                ORDER BY x::oid LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+            'tributary_job_' || j.id || '_insert', rel, j.id);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+            'tributary_job_' || j.id || '_update', rel, j.id);
+        IF j.target_table IS NOT NULL THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+                'tributary_job_' || j.id || '_delete', rel, j.id);
+            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s)',
+                'tributary_job_' || j.id || '_truncate', rel, j.id);
+        END IF;
+        IF fill AND (SELECT relkind FROM pg_class WHERE oid = rel) = 'r' THEN
+            BEGIN
+                PERFORM tributary._run_as(j.owner, tributary._job_fill_sql(j, rel));
+            EXCEPTION WHEN insufficient_privilege THEN
+                -- A partition of another role's, attached by a superuser: its later writes are
+                -- queued, the rows already there are not; the DDL goes on.
+                RAISE WARNING 'continuous job % did not queue the rows of %: %', j.id, rel, SQLERRM
+                    USING ERRCODE = 'insufficient_privilege',
+                          HINT = format('Grant %s SELECT on %s and make a once job on it for the rows already there.', j.owner, rel);
+            END;
+        END IF;
+    END LOOP;
+END $$;
+
+-- The event trigger tributary_job_partitions (ddl_command_end of CREATE TABLE and ALTER TABLE):
+-- a continuous job on a partitioned table whose tree gained a partition (CREATE TABLE ...
+-- PARTITION OF, ATTACH PARTITION, at any depth) puts its triggers on it and queues its rows; one
+-- whose tree lost one (DETACH PARTITION) takes its triggers off. SECURITY DEFINER: it runs as the
+-- extension's owner whoever runs the DDL, and only tributary._job_sync_tables, which runs no code
+-- of a user's except as the job's owner (tributary._run_as).
+CREATE FUNCTION tributary._job_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    rels oid[];
+    j    tributary._jobs;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tributary._jobs WHERE mode = 'continuous' AND state <> 'cancelled') THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(DISTINCT d.objid) INTO rels FROM pg_event_trigger_ddl_commands() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0;
+    IF rels IS NULL THEN
+        RETURN;
+    END IF;
+    -- Jobs whose source is the table the command named, one of its partition ancestors (the
+    -- tree gained or lost a table) or descendants (the source got or lost an ancestor), or that
+    -- have triggers on it.
+    FOR j IN SELECT * FROM tributary._jobs x
+              WHERE x.mode = 'continuous' AND x.state <> 'cancelled'
+                AND (x.source = ANY (rels)
+                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_ancestors(r.oid) a)
+                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_tree(r.oid) a)
+                     OR EXISTS (SELECT 1 FROM tributary._job_triggers(x.id) t WHERE t.rel = ANY (rels)))
+              ORDER BY x.id LOOP
+        PERFORM tributary._job_sync_tables(j, true);
+    END LOOP;
+END $$;
+CREATE EVENT TRIGGER tributary_job_partitions ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE') EXECUTE FUNCTION tributary._job_ddl();
+
+-- Drops what a job added to the database: its triggers (on every table of a partitioned
+-- source's tree, and on partitions detached since) and queue.
 CREATE FUNCTION tributary._job_cleanup(j tributary._jobs) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE t text;
+DECLARE r record;
 BEGIN
-    FOR t IN SELECT tgname FROM pg_trigger WHERE tgrelid = j.source
-              AND tgname IN (SELECT 'tributary_job_' || j.id || '_' || x FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x) LOOP
-        EXECUTE format('DROP TRIGGER %I ON %s', t, j.source);
+    FOR r IN SELECT * FROM tributary._job_triggers(j.id) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
     END LOOP;
     EXECUTE format('DROP TABLE IF EXISTS tributary.%I', '_queue_' || j.id);
 END $$;
@@ -593,4 +810,5 @@ BEGIN
 END $$;
 
 REVOKE ALL ON FUNCTION tributary._requeue_due(bigint), tributary._finish_if_done(bigint),
-    tributary._job_cleanup(tributary._jobs) FROM PUBLIC;
+    tributary._job_cleanup(tributary._jobs), tributary._job_sync_tables(tributary._jobs, boolean),
+    tributary._job_fill_sql(tributary._jobs, regclass), tributary._job_ddl() FROM PUBLIC;

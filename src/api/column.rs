@@ -10,12 +10,15 @@ use crate::service::rows::RowOptions;
 
 /// `tributary_embed_column(tbl regclass, columns text[], target name [, model, batch_size])
 /// → bigint`: embeds every row of `tbl` whose `target` column is NULL and returns the number of
-/// rows embedded.
+/// rows written.
 ///
 /// The text of a row is its `columns` cast to text and joined with newlines (NULL columns
 /// skipped); rows whose `columns` are all NULL stay NULL and are not counted. Rows are read
 /// through one cursor, `batch_size` at a time, embedded (length-sorted, cut by
-/// `tributary.max_batch_tokens`) and written back with one UPDATE per batch, by ctid. Progress is
+/// `tributary.max_batch_tokens`) and written back with one UPDATE per batch, by (tableoid, ctid):
+/// partitioned tables and inheritance parents (children included) work, ctids repeating across
+/// partitions and children. Rows the caller may read but not UPDATE (row-level security) are
+/// left alone and not counted. Progress is
 /// a NOTICE every `tributary.progress_interval` ms. A cancel or statement_timeout stops it
 /// between two ONNX Runtime runs; since it all runs in the caller's transaction, a stopped call
 /// leaves the table unchanged.
@@ -25,7 +28,8 @@ use crate::service::rows::RowOptions;
 /// there (the target and other vector columns are never part of it), and every row whose target
 /// is NULL is embedded. These options are an error (22023) with a column list.
 ///
-/// Errors, all before any work: 22023 bad batch_size or empty columns; 42703 unknown column;
+/// Errors, all before any work: 42809 not an ordinary or partitioned table (a view, materialized
+/// view or foreign table); 22023 bad batch_size or empty columns; 42703 unknown column;
 /// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
 /// unknown model. Privileges are the caller's (SELECT on the columns, UPDATE on the target).
 #[allow(clippy::too_many_arguments)]

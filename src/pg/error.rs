@@ -166,7 +166,7 @@ impl From<TributaryError> for ErrorReport {
             T::NotATable(_) => report(
                 PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
                 None,
-                Some("tributary_embed_column writes ordinary and partitioned tables; embed a view's base table."),
+                Some("tributary_embed_column writes ordinary and partitioned tables; for a view, embed its base table (materialized views and foreign tables cannot be written)."),
             ),
             T::ArrayShape(_) => report(PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR, None, Some("Pass a one-dimensional text[].")),
             T::Internal(_) => report(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, None, None),

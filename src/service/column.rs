@@ -15,7 +15,9 @@ use crate::service::embed::release_memory;
 use crate::service::rows::RowOptions;
 use crate::service::vectors::RowsToVectors;
 
-/// Embeds every row of `tbl` whose `target` is NULL and returns the number of rows embedded;
+/// Embeds every row of `tbl` whose `target` is NULL and returns the number of rows written
+/// (rows the caller may read but not UPDATE under row-level security are left alone and not
+/// counted);
 /// see `tributary_embed_column` (src/api/column.rs) for the text of a row. `row_options`: whole
 /// rows (`columns` is `{*}`). The arguments are checked by the caller.
 ///
@@ -48,7 +50,8 @@ pub(crate) fn embed_column(
     let interval = gucs::progress_interval_ms();
     let started = Instant::now();
     let mut last_report = Instant::now();
-    let mut done: i64 = 0;
+    let mut done: i64 = 0; // rows written
+    let mut embedded: i64 = 0; // rows read and embedded
 
     // The cursor outlives the per-batch SPI connections below, so that each batch's tuples,
     // texts and vector datums are freed when its connection finishes: memory stays flat
@@ -59,7 +62,7 @@ pub(crate) fn embed_column(
     });
     loop {
         pgrx::check_for_interrupts!();
-        let n = Spi::connect_mut(|client| -> Result<i64> {
+        let (read, written) = Spi::connect_mut(|client| -> Result<(i64, i64)> {
             let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
             // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
             let rows = cursor
@@ -86,24 +89,30 @@ pub(crate) fn embed_column(
             }
             if tids.is_empty() {
                 // Dropping the found cursor closes it.
-                return Ok(0);
+                return Ok((0, 0));
             }
             std::mem::forget(cursor);
             let vectors = rows_to_vectors.run(raw)?;
-            let n = tids.len() as i64;
-            client
+            let read = tids.len() as i64;
+            // The rows the UPDATE wrote, which can be fewer than those read: row-level security
+            // lets the caller read rows its UPDATE policies hide, and a row changed by another
+            // transaction since the cursor's snapshot has a new ctid. Those rows are not written
+            // and not counted.
+            let written = client
                 .update(
                     plan.update_sql.as_str(),
                     None,
                     &[rels.into(), tids.into(), vectors.datum],
                 )
-                .map_err(spi_error)?;
-            Ok(n)
+                .map_err(spi_error)?
+                .len() as i64;
+            Ok((read, written))
         })?;
-        if n == 0 {
+        if read == 0 {
             break;
         }
-        done += n;
+        done += written;
+        embedded += read;
         if interval > 0 && last_report.elapsed() >= Duration::from_millis(interval) {
             last_report = Instant::now();
             let secs = started.elapsed().as_secs_f64();
@@ -113,7 +122,7 @@ pub(crate) fn embed_column(
             );
         }
     }
-    release_memory(done as usize);
+    release_memory(embedded as usize);
     Ok(done)
 }
 

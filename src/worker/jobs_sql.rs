@@ -78,8 +78,11 @@ pub extern "C" fn pg_finfo_tributary_job_trigger() -> &'static pg_sys::Pg_finfo_
     &V1
 }
 
-/// `tributary._job_trigger(job id)`: the AFTER ... FOR EACH STATEMENT trigger of a continuous
-/// job (INSERT, UPDATE, DELETE, TRUNCATE on the source). Reads the job's statement for the
+/// `tributary._job_trigger(job id [, 'via'])`: the AFTER ... FOR EACH STATEMENT trigger of a
+/// continuous job (INSERT, UPDATE, DELETE, TRUNCATE on the source, and on every table of a
+/// partitioned source's tree: a statement fires the triggers of the table it names only; with
+/// `'via'`, on an ancestor of the source, whose statements use the job's `"<op> via"`
+/// statements; see `tributary._job_sync_tables` in sql/jobs.sql). Reads the job's statement for the
 /// event (`tributary._jobs.enqueue_sql`) as the extension's owner and runs it as the job's owner
 /// ([`as_user`](crate::pg::roles::as_user)) over the transition tables `new_rows`/`old_rows`: whoever writes the source
 /// needs no right on the queue, and the owner's types and casts run with the owner's rights only.
@@ -109,7 +112,7 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
         context.cast::<pg_sys::TriggerData>()
     };
     // SAFETY: tg_trigger and its tgargs (tgnargs C strings) belong to the trigger manager.
-    let (job, event) = unsafe {
+    let (job, via, event) = unsafe {
         let trigger = (*td).tg_trigger;
         if (*trigger).tgnargs < 1 {
             protocol("tributary._job_trigger() needs the job id as its argument");
@@ -120,13 +123,20 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
         let Ok(job) = arg.parse::<i64>() else {
             protocol("tributary._job_trigger(): the argument must be a job id")
         };
-        (job, (*td).tg_event & pg_sys::TRIGGER_EVENT_OPMASK)
+        // A second argument 'via': the trigger sits on an ancestor of the job's source.
+        let via = (*trigger).tgnargs >= 2
+            && std::ffi::CStr::from_ptr(*(*trigger).tgargs.add(1)).to_bytes() == b"via";
+        (job, via, (*td).tg_event & pg_sys::TRIGGER_EVENT_OPMASK)
     };
-    let op = match event {
-        pg_sys::TRIGGER_EVENT_INSERT => "INSERT",
-        pg_sys::TRIGGER_EVENT_UPDATE => "UPDATE",
-        pg_sys::TRIGGER_EVENT_DELETE => "DELETE",
-        _ => "TRUNCATE",
+    let op = match (event, via) {
+        (pg_sys::TRIGGER_EVENT_INSERT, false) => "INSERT",
+        (pg_sys::TRIGGER_EVENT_UPDATE, false) => "UPDATE",
+        (pg_sys::TRIGGER_EVENT_DELETE, false) => "DELETE",
+        (pg_sys::TRIGGER_EVENT_INSERT, true) => "INSERT via",
+        (pg_sys::TRIGGER_EVENT_UPDATE, true) => "UPDATE via",
+        (pg_sys::TRIGGER_EVENT_DELETE, true) => "DELETE via",
+        (_, false) => "TRUNCATE",
+        (_, true) => "TRUNCATE via",
     };
     let found = as_role(extension_owner(), || {
         Spi::connect(|c| {
