@@ -6,6 +6,8 @@ WHERE d.refclassid = 'pg_extension'::regclass
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'tributary')
   AND d.deptype = 'e'
   AND obj_description(d.objid, d.classid::regclass::name) IS NULL
+  -- (cargo pgrx test's build adds its #[pg_test] functions in schema tests)
+  AND pg_describe_object(d.classid, d.objid, 0) !~ '^(schema tests$|function tests\.)'
 ORDER BY 1;
 -- The rule: tributary_* functions in the extension's schema, everything else in schema tributary.
 SELECT n.nspname = e.extnamespace::regnamespace::name AS in_extension_schema, count(*)
@@ -13,7 +15,7 @@ FROM pg_depend d
 JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'tributary'
-WHERE d.deptype = 'e'
+WHERE d.deptype = 'e' AND n.nspname <> 'tests'
 GROUP BY 1, p.proname LIKE 'tributary\_%'
 HAVING (n.nspname = e.extnamespace::regnamespace::name) <> (p.proname LIKE 'tributary\_%')
 ORDER BY 1;
