@@ -62,3 +62,11 @@ COMMENT ON FUNCTION tributary._job_drop(oid, jsonb) IS 'Internal: tributary_job_
 COMMENT ON FUNCTION tributary._job_cleanup(tributary._jobs) IS 'Internal: removes a job''s queue and triggers.';
 COMMENT ON FUNCTION tributary._requeue_due(bigint) IS 'Internal: puts a job''s failed rows whose retry time has come back into its queue, as the job''s owner.';
 COMMENT ON FUNCTION tributary._finish_if_done(bigint) IS 'Internal: marks a once job done when its queue is empty and no row waits for a retry.';
+COMMENT ON FUNCTION tributary._job_tables(regclass) IS 'Internal: the tables a continuous job''s triggers belong on (the source and, for a partitioned source, every table of its tree).';
+COMMENT ON FUNCTION tributary._job_ancestors(regclass) IS 'Internal: the partition and inheritance ancestors of a table, nearest first.';
+COMMENT ON FUNCTION tributary._job_watchers(regclass, oid) IS 'Internal: the ancestors of a job''s source that get "via" triggers (owned by the job''s owner, with the source''s key columns).';
+COMMENT ON FUNCTION tributary._job_triggers(bigint) IS 'Internal: a job''s triggers wherever they are, detached partitions included.';
+COMMENT ON FUNCTION tributary._job_fill_sql(tributary._jobs, regclass) IS 'Internal: the statement that queues the rows of a table of a job''s source still to embed (run as the job''s owner).';
+COMMENT ON FUNCTION tributary._job_sync_tables(tributary._jobs, boolean) IS 'Internal: puts a continuous job''s triggers on tables that joined its source''s tree (queuing their rows) and takes them off tables that left it.';
+COMMENT ON FUNCTION tributary._job_ddl() IS 'Internal: the event trigger function that keeps continuous jobs'' triggers on partitions created, attached or detached.';
+COMMENT ON EVENT TRIGGER tributary_job_partitions IS 'Keeps continuous jobs on partitioned tables in step with CREATE TABLE ... PARTITION OF, ATTACH PARTITION and DETACH PARTITION.';
