@@ -6,6 +6,23 @@
 -- Weighting: each neighbour's weight is its cosine similarity, 1 - cosine distance, floored at
 -- 1e-6 (distance-weighted k-NN; Dudani, "The distance-weighted k-nearest-neighbor rule", IEEE
 -- Trans. SMC 6(4), 1976, with similarity as the weight).
+--
+-- Wide tables: a vector(384) is 1,544 bytes, so in a row with a second vector or some text it is
+-- stored out of line (TOAST; pgvector's types default to STORAGE EXTERNAL). tributary_evaluate
+-- reads each embedding once, in a MATERIALIZED CTE that detoasts it (subvector(e, 1, dims) builds
+-- an in-line copy; a CTE's tuplestore otherwise keeps the TOAST pointer, and every training vector
+-- was fetched again for every test row). tributary_predict reads each row's vector once per call
+-- (the distance in the ORDER BY is the one in the select list).
+--
+-- JIT: both functions run with SET jit = off (restored on return; the caller's own queries keep
+-- their setting). Their dynamic queries are planned on every call, so JIT would compile each plan
+-- again, every call (hundreds of ms; the estimated cost of test x training rows, larger still on a
+-- table without statistics, passes jit_above_cost even when the query runs in tens of ms), and it
+-- cannot speed up what the time goes to: the distance functions (C, in pgvector) and the sorts.
+-- See BENCHMARKS.md, "Prediction on a wide table".
+--
+-- No rows to learn from or to test on: both functions raise 22023 (invalid_parameter_value) with
+-- a DETAIL that gives the counts and the split and a HINT, rather than returning NULLs.
 
 -- 'category' or 'number' for column `label` of `tbl` when `kind` is 'auto': numbers are float,
 -- numeric and integer columns that are not part of a primary or foreign key (an integer key such
@@ -89,12 +106,15 @@ $$;
 -- Numbers: weighted mean (as text in `prediction`) and `stddev` around it.
 -- `evidence`: the neighbours, nearest first: [{key, label, distance, weight}], key = primary key
 -- columns (or ctid). An HNSW index on `embedding` is used when there is one.
--- NULL query gives a row of NULLs. Errors: 22004 NULL tbl, label, embedding, k or kind;
--- 22023 k outside 1..1000 or bad kind; 42703 unknown column; 42804 embedding column not vector/halfvec.
+-- NULL query gives a row of NULLs (checked after the other arguments). Runs with jit = off (see
+-- the top of this file). Errors: 22004 NULL tbl, label, embedding, k or kind; 22023 k outside
+-- 1..1000 or bad kind, or no row of `tbl` (visible to the caller) has both `label` and
+-- `embedding` (DETAIL: the table and columns; nothing to predict from); 42703 unknown column;
+-- 42804 embedding column not vector/halfvec.
 CREATE FUNCTION tributary_predict(
     tbl regclass, label name, embedding name, query vector, k integer DEFAULT 10, kind text DEFAULT 'auto',
     OUT prediction text, OUT confidence float8, OUT stddev float8, OUT neighbours integer, OUT evidence jsonb)
-RETURNS record LANGUAGE plpgsql STABLE AS $$
+RETURNS record LANGUAGE plpgsql STABLE SET jit = off AS $$
 DECLARE
     label_kind text;
     emb_type text;
@@ -129,6 +149,14 @@ BEGIN
       INTO labels, weights, evidence
       USING query, k;
     neighbours := coalesce(cardinality(labels), 0);
+    IF neighbours = 0 THEN
+        RAISE EXCEPTION 'no rows to predict from: relation "%" has no row with both "%" and "%"', tbl, label, embedding
+            USING ERRCODE = '22023',
+            DETAIL = format('0 rows of %s visible to the current user have %I IS NOT NULL AND %I IS NOT NULL.',
+                            tbl, label, embedding),
+            HINT = 'Fill the label column for some rows and their embeddings (tributary_embed_column); '
+                   'row-level security and column privileges apply to the neighbours.';
+    END IF;
     IF label_kind = 'category' THEN
         SELECT v.prediction, v.confidence INTO prediction, confidence FROM tributary.knn_vote(labels, weights) v;
     ELSE
@@ -146,18 +174,26 @@ END $$;
 -- wholly in or out, so near-duplicates never cross; default the primary key), with a seeded hash:
 -- the same seed gives the same split. NULL group_by is the default (the primary key); every other
 -- argument must not be NULL, seed included (an explicit NULL seed is an error, not seed 0: leave
--- the argument out for the default). Errors: as tributary_predict; 22004 NULL tbl, label,
--- embedding, k, test_fraction, kind or seed; 22023 test_fraction outside (0, 1); 42703 unknown
--- group_by column.
+-- the argument out for the default). Each embedding is read (detoasted) once; runs with
+-- jit = off (see the top of this file). Errors: as tributary_predict; 22004 NULL tbl, label,
+-- embedding, k, test_fraction, kind or seed; 22023 test_fraction outside (0, 1), or a split that
+-- leaves no test rows or no training rows (no labelled, embedded rows at all, or too few groups
+-- for test_fraction: DETAIL gives the rows, groups, test_fraction and seed; HINT what to change);
+-- 42703 unknown group_by column.
 CREATE FUNCTION tributary_evaluate(
     tbl regclass, label name, embedding name, group_by name DEFAULT NULL, k integer DEFAULT 10,
     test_fraction float8 DEFAULT 0.2, kind text DEFAULT 'auto', seed integer DEFAULT 0)
 RETURNS TABLE (metric text, model float8, baseline float8, test_rows bigint, train_rows bigint)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET jit = off AS $$
 DECLARE
     label_kind text;
     group_expr text;
+    held_out text;
     base text;
+    n_test bigint;
+    n_train bigint;
+    n_groups bigint;
+    split text;
 BEGIN
     IF tbl IS NULL OR label IS NULL OR embedding IS NULL OR k IS NULL OR test_fraction IS NULL OR kind IS NULL
        OR seed IS NULL THEN
@@ -184,11 +220,42 @@ BEGIN
     ELSE
         group_expr := format('t.%I::text', group_by);
     END IF;
-    -- labelled rows, split; every held-out row with its k nearest training rows' labels.
+    -- The split: a row is held out when the seeded hash of its group falls below test_fraction.
+    held_out := format('(hashtext(coalesce(%s, '''') || ''/'' || %s) & 2147483647) %% 1000000 < %s * 1000000',
+                       group_expr, seed, test_fraction);
+    -- Both sides must have rows; counted without reading the embeddings (IS NOT NULL does not
+    -- detoast). A STABLE function's queries share the caller's snapshot, so the counts hold below.
+    EXECUTE format(
+        'SELECT count(*) FILTER (WHERE s.h), count(*) FILTER (WHERE NOT s.h), count(DISTINCT s.g)
+           FROM (SELECT %s AS h, coalesce(%s, '''') AS g FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL) s',
+        held_out, group_expr, tbl, label, embedding)
+      INTO n_test, n_train, n_groups;
+    IF n_test = 0 OR n_train = 0 THEN
+        split := format('rows are split by %s, into %s group%s', coalesce(quote_ident(group_by), 'primary key'),
+                        n_groups, CASE WHEN n_groups = 1 THEN '' ELSE 's' END);
+        IF n_train + n_test = 0 THEN
+            RAISE EXCEPTION 'no rows to evaluate on: relation "%" has no row with both "%" and "%"', tbl, label, embedding
+                USING ERRCODE = '22023',
+                DETAIL = format('0 rows of %s visible to the current user have %I IS NOT NULL AND %I IS NOT NULL.',
+                                tbl, label, embedding),
+                HINT = 'Fill the label column for some rows and their embeddings (tributary_embed_column); '
+                       'row-level security and column privileges apply.';
+        END IF;
+        RAISE EXCEPTION 'the split leaves no % rows', CASE WHEN n_test = 0 THEN 'test' ELSE 'training' END
+            USING ERRCODE = '22023',
+            DETAIL = format('With test_fraction %s and seed %s, %s of the %s labelled, embedded rows are held out '
+                            'for testing and %s kept for training; %s.',
+                            test_fraction, seed, n_test, n_test + n_train, n_train, split),
+            HINT = CASE WHEN n_test = 0 THEN 'Raise test_fraction or try another seed; '
+                        ELSE 'Lower test_fraction or try another seed; ' END
+                   || 'both sides need at least one group, so a table (or group_by) with few groups needs more rows or groups.';
+    END IF;
+    -- labelled rows, split, each embedding detoasted once (subvector copies it in line, so the
+    -- CTE's tuplestore holds the vector, not a TOAST pointer fetched again for every test row);
+    -- every held-out row with its k nearest training rows' labels.
     base := format(
         'WITH labelled AS MATERIALIZED (
-             SELECT t.%I::text AS l, t.%I AS e,
-                    (hashtext(coalesce(%s, '''') || ''/'' || %s) & 2147483647) %% 1000000 < %s * 1000000 AS held_out
+             SELECT t.%I::text AS l, subvector(t.%I, 1, vector_dims(t.%I)) AS e, %s AS held_out
                FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL),
          train AS MATERIALIZED (SELECT l, e FROM labelled WHERE NOT held_out),
          test AS (SELECT l, e FROM labelled WHERE held_out),
@@ -198,7 +265,7 @@ BEGIN
                     SELECT array_agg(x.l) AS labels, array_agg(greatest(1 - x.d, 1e-6)) AS weights
                       FROM (SELECT r.l, r.e <=> s.e AS d FROM train r ORDER BY 2 LIMIT %s) x) n),
          counts AS (SELECT (SELECT count(*) FROM test) AS test_rows, (SELECT count(*) FROM train) AS train_rows)',
-        label, embedding, group_expr, seed, test_fraction, tbl, label, embedding, k);
+        label, embedding, embedding, held_out, tbl, label, embedding, k);
     IF label_kind = 'category' THEN
         RETURN QUERY EXECUTE base || ',
          majority AS (SELECT l FROM train GROUP BY l ORDER BY count(*) DESC, l LIMIT 1),
