@@ -61,3 +61,11 @@ BEGIN
     END IF;
     RETURN typ;
 END $$;
+
+-- pgvector's schema, quoted, for OPERATOR(schema.<=>) and schema.subvector(...) in dynamic SQL
+-- that must not depend on the caller's search_path (tributary_predict, tributary_evaluate).
+CREATE FUNCTION tributary._vector_schema() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'vector'
+$$;

@@ -70,3 +70,4 @@ COMMENT ON FUNCTION tributary._job_fill_sql(tributary._jobs, regclass) IS 'Inter
 COMMENT ON FUNCTION tributary._job_sync_tables(tributary._jobs, boolean) IS 'Internal: puts a continuous job''s triggers on tables that joined its source''s tree (queuing their rows) and takes them off tables that left it.';
 COMMENT ON FUNCTION tributary._job_ddl() IS 'Internal: the event trigger function that keeps continuous jobs'' triggers on partitions created, attached or detached.';
 COMMENT ON EVENT TRIGGER tributary_job_partitions IS 'Keeps continuous jobs on partitioned tables in step with CREATE TABLE ... PARTITION OF, ATTACH PARTITION and DETACH PARTITION.';
+COMMENT ON FUNCTION tributary._vector_schema() IS 'Internal: pgvector''s schema, quoted, for operators and functions in dynamic SQL whatever the search_path.';

@@ -118,6 +118,7 @@ RETURNS record LANGUAGE plpgsql STABLE SET jit = off AS $$
 DECLARE
     label_kind text;
     emb_type text;
+    vec text := tributary._vector_schema();   -- pgvector's operators, whatever the search_path
     labels text[];
     weights float8[];
 BEGIN
@@ -140,12 +141,13 @@ BEGIN
         'SELECT array_agg(n.l ORDER BY n.d), array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d),
                 jsonb_agg(jsonb_build_object(''key'', n.key, ''label'', n.l, ''distance'', n.d,
                                              ''weight'', greatest(1 - n.d, 1e-6)) ORDER BY n.d)
-           FROM (SELECT %s AS key, t.%I::text AS l, t.%I <=> $1::%s AS d
+           FROM (SELECT %s AS key, t.%I::text AS l, t.%I OPERATOR(%s.<=>) $1::%s AS d
                    FROM %s AS t
                   WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL
-                  ORDER BY t.%I <=> $1::%s
+                  ORDER BY t.%I OPERATOR(%s.<=>) $1::%s
                   LIMIT $2) n',
-        tributary.row_key(tbl, 't'), label, embedding, emb_type, tbl, label, embedding, embedding, emb_type)
+        tributary.row_key(tbl, 't'), label, embedding, vec, tributary._vector_type(emb_type), tbl, label, embedding,
+        embedding, vec, tributary._vector_type(emb_type))
       INTO labels, weights, evidence
       USING query, k;
     neighbours := coalesce(cardinality(labels), 0);
@@ -187,6 +189,7 @@ RETURNS TABLE (metric text, model float8, baseline float8, test_rows bigint, tra
 LANGUAGE plpgsql STABLE SET jit = off AS $$
 DECLARE
     label_kind text;
+    vec text := tributary._vector_schema();   -- pgvector's functions and operators
     group_expr text;
     held_out text;
     base text;
@@ -255,7 +258,7 @@ BEGIN
     -- every held-out row with its k nearest training rows' labels.
     base := format(
         'WITH labelled AS MATERIALIZED (
-             SELECT t.%I::text AS l, subvector(t.%I, 1, vector_dims(t.%I)) AS e, %s AS held_out
+             SELECT t.%I::text AS l, %s.subvector(t.%I, 1, %s.vector_dims(t.%I)) AS e, %s AS held_out
                FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL),
          train AS MATERIALIZED (SELECT l, e FROM labelled WHERE NOT held_out),
          test AS (SELECT l, e FROM labelled WHERE held_out),
@@ -263,9 +266,9 @@ BEGIN
              SELECT s.l AS truth, n.labels, n.weights
                FROM test s CROSS JOIN LATERAL (
                     SELECT array_agg(x.l) AS labels, array_agg(greatest(1 - x.d, 1e-6)) AS weights
-                      FROM (SELECT r.l, r.e <=> s.e AS d FROM train r ORDER BY 2 LIMIT %s) x) n),
+                      FROM (SELECT r.l, r.e OPERATOR(%s.<=>) s.e AS d FROM train r ORDER BY 2 LIMIT %s) x) n),
          counts AS (SELECT (SELECT count(*) FROM test) AS test_rows, (SELECT count(*) FROM train) AS train_rows)',
-        label, embedding, embedding, held_out, tbl, label, embedding, k);
+        label, vec, embedding, vec, embedding, held_out, tbl, label, embedding, vec, k);
     IF label_kind = 'category' THEN
         RETURN QUERY EXECUTE base || ',
          majority AS (SELECT l FROM train GROUP BY l ORDER BY count(*) DESC, l LIMIT 1),
