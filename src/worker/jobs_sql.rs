@@ -154,6 +154,10 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
             .map_err(spi_error)
             .or_raise()
         });
+        // The database's idle worker embeds the new rows at commit, not at its next poll.
+        if super::registry::preloaded() {
+            super::registry::wake_at_commit();
+        }
     }
     pg_sys::Datum::from(0usize)
 }
