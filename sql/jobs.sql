@@ -22,6 +22,7 @@ ALTER FUNCTION _job_call(text, jsonb) SET SCHEMA tributary;
 ALTER FUNCTION _job_trigger() SET SCHEMA tributary;
 ALTER FUNCTION workers() SET SCHEMA tributary;
 ALTER FUNCTION _run_as(oid, text, jsonb) SET SCHEMA tributary;
+ALTER FUNCTION _job_service() SET SCHEMA tributary;
 REVOKE ALL ON FUNCTION tributary._wake_launcher(), tributary._run_as(oid, text, jsonb) FROM PUBLIC;
 -- The trigger of continuous jobs (owned by the extension's owner, so no job owner can alter it).
 REVOKE ALL ON FUNCTION tributary._job_trigger() FROM PUBLIC;
@@ -113,8 +114,17 @@ END $$;
 -- Status of the jobs the current role owns (or is a member of the owner of).
 -- rows_per_second: rows of the batches committed in the last minute (or since the job started,
 -- if later) over that time; seconds_left: rows_queued at that rate.
+-- state: as in tributary._jobs, except that a running job that no worker serves now (no job
+-- worker runs in its database: tributary not preloaded, the launcher down, no worker slot, or a
+-- worker about to start) shows as 'waiting'. worker_pids: the workers embedding the job now
+-- (tributary.workers(); an idle worker watching continuous jobs embeds none). waiting_for: for
+-- a pending or waiting job without a worker in its database, what it waits for
+-- (tributary._job_service()).
 CREATE VIEW tributary.jobs WITH (security_barrier) AS
-SELECT j.id, j.name, j.state, j.mode, j.source, j.columns,
+WITH wk AS (SELECT pid, job FROM tributary.workers())
+SELECT j.id, j.name,
+       CASE WHEN j.state = 'running' AND s.workers_in_database = 0 THEN 'waiting' ELSE j.state END AS state,
+       j.mode, j.source, j.columns,
        coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
        j.owner,
        j.rows_done,
@@ -123,8 +133,12 @@ SELECT j.id, j.name, j.state, j.mode, j.source, j.columns,
        j.rows_done + coalesce(q.queued, 0) + e.failed AS rows_total,
        r.rate AS rows_per_second,
        CASE WHEN r.rate > 0 THEN round(q.queued / r.rate) END AS seconds_left,
-       j.last_error, j.last_error_at, j.created_at, j.started_at, j.last_batch_at, j.finished_at
+       j.last_error, j.last_error_at, j.created_at, j.started_at, j.last_batch_at, j.finished_at,
+       p.pids AS worker_pids,
+       CASE WHEN j.state IN ('pending', 'running') AND s.workers_in_database = 0
+            THEN coalesce(s.waiting_for, 'a job worker to start') END AS waiting_for
 FROM tributary._jobs j
+CROSS JOIN tributary._job_service() s
 CROSS JOIN LATERAL (SELECT tributary._queued(j.queue) AS queued) q
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE status <> 'queued') AS failed
@@ -133,6 +147,8 @@ CROSS JOIN LATERAL (
     SELECT round((sum(b.rows) / greatest(extract(epoch FROM now() - max(w.since)), 0.001))::numeric, 1) AS rate
     FROM (SELECT greatest(now() - interval '1 minute', j.started_at) AS since) w
     LEFT JOIN tributary._job_batches b ON b.job_id = j.id AND b.finished_at > w.since) r
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(wk.pid ORDER BY wk.pid), '{}') AS pids FROM wk WHERE wk.job = j.id) p
 WHERE pg_has_role(j.owner, 'USAGE');
 
 CREATE VIEW tributary.job_errors WITH (security_barrier) AS

@@ -34,7 +34,8 @@ pgrx::extension_sql_file!(
         worker::_wake_launcher,
         worker::_job_call,
         worker::_run_as,
-        worker::workers
+        worker::workers,
+        worker::_job_service
     ]
 );
 

@@ -18,7 +18,7 @@ use crate::pg::vector::VectorType;
 use crate::pg::xact::{describe, error_parts, in_transaction, is_transient, log_error, sqlstate};
 use crate::service::vectors::RowsToVectors;
 use crate::worker::catalog::Job;
-use crate::worker::runner::report_activity;
+use crate::worker::runner::{exit_if_postmaster_died, report_activity};
 
 /// What a worker does after running a job.
 pub(super) enum After {
@@ -61,6 +61,7 @@ pub(super) fn run_job(job: &Job) -> After {
     let mut batches = 0u64;
     loop {
         pgrx::check_for_interrupts!();
+        exit_if_postmaster_died();
         report_activity(
             pg_sys::BackendState::STATE_RUNNING,
             &format!("tributary job {} ({}): embedding a batch", job.id, job.name),
@@ -250,6 +251,9 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     )
     .map_err(spi_error)
     .or_raise();
+    // The postmaster died while the batch embedded: exit, the batch rolled back, rather than
+    // commit to a server that is down (and that cannot start again while we run).
+    exit_if_postmaster_died();
     (Outcome::Done(n), true)
 }
 

@@ -164,11 +164,8 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
             .map_err(spi_error)
             .or_raise()
         });
-        // A database no worker serves yet (restored from a dump, or forgotten by a launcher
-        // that restarted) asks for one when the rows just queued commit.
-        // SAFETY: plain read of a process global.
-        let db = unsafe { pg_sys::MyDatabaseId };
-        if super::registry::preloaded() && !super::registry::is_wanted(db) {
+        // The database's idle worker embeds the new rows at commit, not at its next poll.
+        if super::registry::preloaded() {
             super::registry::wake_at_commit();
         }
     }

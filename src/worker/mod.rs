@@ -15,11 +15,20 @@
 //!   database stays while continuous jobs may get new rows (polling every
 //!   `tributary.job_poll_interval`); the others exit when there is nothing left.
 //!
-//! Signals: SIGTERM (shutdown, `pg_terminate_backend`) ends the worker at the next interrupt
+//! Signals: SIGTERM (shutdown, `pg_terminate_backend`) ends a worker at the next interrupt
 //! check, that is between two ONNX Runtime runs, aborting the batch; SIGINT
 //! (`pg_cancel_backend`) aborts the batch and the worker exits; the launcher starts another if
 //! the work is still there. A batch never commits half: its claim, vectors and progress go
-//! together or not at all.
+//! together or not at all. SIGTERM ends the launcher too, with exit status 1, so that the
+//! postmaster starts it again after 5 s (and after a crash restart); the new launcher asks every
+//! database for a worker again, as at start, which is how workers terminated with it are
+//! replaced. When the postmaster dies, the launcher and the workers exit at their next wait or
+//! batch: a worker checks that the postmaster lives before each batch and again before the
+//! batch commits.
+//!
+//! An idle worker (continuous jobs, nothing queued) stays, with its model sessions: it looks at
+//! the queues every `tributary.job_poll_interval`, and at once when a continuous job's trigger
+//! queued rows (the trigger's transaction sets the database's workers' latches at commit).
 //!
 //! Modules, split by concern as pg_cron splits its launcher from its job metadata:
 //!
@@ -38,6 +47,8 @@
 
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
+
+use crate::pg::gucs;
 
 mod batch;
 mod catalog;
@@ -103,6 +114,43 @@ fn _job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
 #[pg_extern(volatile, parallel_unsafe)]
 fn _run_as(role: pg_sys::Oid, sql: &str, arg: default!(Option<pgrx::JsonB>, "NULL")) {
     jobs_sql::run_as(role, sql, arg);
+}
+
+/// `tributary._job_service() → (workers_in_database integer, waiting_for text)`: what can serve
+/// this database's jobs now, for the `tributary.jobs` view (which turns a `running` job that no
+/// worker serves into `waiting`). `workers_in_database`: job workers running in this database
+/// (embedding, or watching continuous jobs); `waiting_for`: NULL, or what jobs without a worker
+/// wait for: `tributary in shared_preload_libraries` (not loaded), `tributary.max_workers above
+/// 0`, `the tributary launcher` (not running; after an exit it is restarted within 5 s), `a
+/// free background worker slot (max_worker_processes)`, `a free job worker
+/// (tributary.max_workers)`. Counts and reasons only, no pids or jobs: granted to PUBLIC.
+#[pg_extern(volatile, parallel_restricted)]
+fn _job_service() -> TableIterator<
+    'static,
+    (
+        name!(workers_in_database, i32),
+        name!(waiting_for, Option<String>),
+    ),
+> {
+    // SAFETY: plain read of the session's database.
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let s = registry::service(db);
+    let waiting_for = if !s.preloaded {
+        Some("tributary in shared_preload_libraries")
+    } else if gucs::max_workers() == 0 {
+        Some("tributary.max_workers above 0")
+    } else if s.launcher_pid == 0 {
+        Some("the tributary launcher")
+    } else {
+        match s.shortage {
+            registry::Shortage::NoSlot => {
+                Some("a free background worker slot (max_worker_processes)")
+            }
+            registry::Shortage::MaxWorkers => Some("a free job worker (tributary.max_workers)"),
+            registry::Shortage::None => None,
+        }
+    };
+    TableIterator::once((s.workers_in_db, waiting_for.map(str::to_owned)))
 }
 
 /// `tributary.workers() → (pid, database oid, job)`: the running job workers. Superusers and

@@ -39,14 +39,32 @@ struct Slot {
     job: i64,
     /// The owner of that job (0: none), for [`visible_workers`].
     owner: u32,
+    /// The worker's latch (in its PGPROC, shared memory), set when rows are queued for a
+    /// continuous job of its database ([`wake_at_commit`]).
+    latch: usize,
 }
 
 /// Shared state of the launcher and the workers (shared memory, one LWLock).
 #[derive(Copy, Clone, Default)]
 pub struct Registry {
     launcher_latch: usize,
+    /// The launcher's pid while it runs (0: not running; cleared when it exits).
+    launcher_pid: i32,
+    /// Why the launcher could not start every worker asked for, at its last round.
+    shortage: Shortage,
     dbs: [DbWant; MAX_SLOTS],
     slots: [Slot; MAX_SLOTS],
+}
+
+/// Why the launcher could not start every worker that databases asked for (its last round).
+#[derive(Copy, Clone, Default, PartialEq, Eq, Debug)]
+pub enum Shortage {
+    #[default]
+    None,
+    /// `tributary.max_workers` workers run already.
+    MaxWorkers,
+    /// `max_worker_processes` has no free slot.
+    NoSlot,
 }
 
 // SAFETY: plain old data (no pointers into process-local memory; the latch lives in the
@@ -110,15 +128,6 @@ pub(super) fn set_wanted(db: u32, name: &str, wanted: u32, at_least: bool) -> bo
     true
 }
 
-/// Whether database `db` asks for workers now (shared lock only: the continuous trigger's check).
-pub(super) fn is_wanted(db: pg_sys::Oid) -> bool {
-    REGISTRY
-        .share()
-        .dbs
-        .iter()
-        .any(|d| d.db == db.to_u32() && d.wanted > 0)
-}
-
 /// The databases that ask for workers now.
 pub(super) fn wanted() -> Vec<Want> {
     REGISTRY
@@ -137,9 +146,88 @@ pub(super) fn wanted() -> Vec<Want> {
         .collect()
 }
 
-/// From the launcher: its latch, set when a database asks for workers.
-pub(super) fn set_launcher_latch(latch: *mut pg_sys::Latch) {
-    REGISTRY.exclusive().launcher_latch = latch as usize;
+#[pg_guard]
+unsafe extern "C-unwind" fn clear_launcher(_code: i32, _arg: pg_sys::Datum) {
+    let mut r = REGISTRY.exclusive();
+    r.launcher_latch = 0;
+    r.launcher_pid = 0;
+    r.shortage = Shortage::None;
+}
+
+/// From the launcher: its pid and latch (set when a database asks for workers), cleared when it
+/// exits.
+pub(super) fn set_launcher(pid: i32, latch: *mut pg_sys::Latch) {
+    {
+        let mut r = REGISTRY.exclusive();
+        r.launcher_latch = latch as usize;
+        r.launcher_pid = pid;
+    }
+    // SAFETY: a static callback, run before shared memory is detached.
+    unsafe { pg_sys::before_shmem_exit(Some(clear_launcher), pg_sys::Datum::from(0)) };
+}
+
+/// From the launcher, after each round: why some database got fewer workers than it asked for.
+pub(super) fn set_shortage(s: Shortage) {
+    let mut r = REGISTRY.exclusive();
+    if r.shortage != s {
+        r.shortage = s;
+    }
+}
+
+/// What serves the jobs of database `db` now, for the `tributary.jobs` view
+/// ([`super::_job_service`]).
+pub(super) struct Service {
+    pub preloaded: bool,
+    /// The launcher's pid (0: not running).
+    pub launcher_pid: i32,
+    pub shortage: Shortage,
+    /// Job workers running in `db` (busy or watching continuous jobs).
+    pub workers_in_db: i32,
+}
+
+pub(super) fn service(db: u32) -> Service {
+    if !preloaded() {
+        return Service {
+            preloaded: false,
+            launcher_pid: 0,
+            shortage: Shortage::None,
+            workers_in_db: 0,
+        };
+    }
+    let r = REGISTRY.share();
+    Service {
+        preloaded: true,
+        launcher_pid: r.launcher_pid,
+        shortage: r.shortage,
+        workers_in_db: r.slots.iter().filter(|s| s.pid != 0 && s.db == db).count() as i32,
+    }
+}
+
+/// The pids of the job workers running in each database (with a slot), for the launcher.
+pub(super) fn worker_pids() -> Vec<(u32, i32)> {
+    REGISTRY
+        .share()
+        .slots
+        .iter()
+        .filter(|s| s.pid != 0)
+        .map(|s| (s.db, s.pid))
+        .collect()
+}
+
+/// Sets the latches of the job workers of database `db`: an idle one plans at once.
+fn wake_workers(db: u32) {
+    let latches: Vec<usize> = REGISTRY
+        .share()
+        .slots
+        .iter()
+        .filter(|s| s.pid != 0 && s.db == db && s.latch != 0)
+        .map(|s| s.latch)
+        .collect();
+    for latch in latches {
+        // SAFETY: a worker's latch is in its PGPROC, in shared memory; setting the latch of a
+        // process that has exited meanwhile is harmless.
+        unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
+    }
 }
 
 fn wake_launcher_now() {
@@ -170,6 +258,7 @@ unsafe extern "C-unwind" fn at_xact_end(
                 if !set_wanted(db.to_u32(), &name, 1, true) {
                     pgrx::log!("tributary: more than {MAX_SLOTS} databases ask for job workers; database \"{name}\" waits for the next job call or restart");
                 }
+                wake_workers(db.to_u32());
                 wake_launcher_now();
             }
         }
@@ -194,7 +283,8 @@ fn database_name(db: pg_sys::Oid) -> String {
 }
 
 /// Asks the launcher for a worker in this database when the current transaction commits (so
-/// the worker sees the job). Only when [`preloaded`].
+/// the worker sees the job), and wakes the database's idle workers then (so a continuous job's
+/// new rows are embedded without waiting for the next poll). Only when [`preloaded`].
 pub(super) fn wake_at_commit() {
     if !CALLBACK_REGISTERED.replace(true) {
         // SAFETY: registers a process-lifetime callback with a static function.
@@ -251,9 +341,9 @@ unsafe extern "C-unwind" fn release_slot(_code: i32, _arg: pg_sys::Datum) {
     }
 }
 
-/// Takes a free slot for this worker (`pid` in database `db`), released when the process exits.
-/// False when every slot is taken.
-pub(super) fn take_slot(pid: i32, db: u32) -> bool {
+/// Takes a free slot for this worker (`pid` in database `db`, woken through `latch`), released
+/// when the process exits. False when every slot is taken.
+pub(super) fn take_slot(pid: i32, db: u32, latch: *mut pg_sys::Latch) -> bool {
     {
         let mut r = REGISTRY.exclusive();
         match r.slots.iter().position(|s| s.pid == 0) {
@@ -263,6 +353,7 @@ pub(super) fn take_slot(pid: i32, db: u32) -> bool {
                     db,
                     job: 0,
                     owner: 0,
+                    latch: latch as usize,
                 };
                 SLOT.store(i, Ordering::Relaxed);
             }

@@ -20,21 +20,48 @@ pub(super) fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
 }
 
 /// PostgreSQL's own signal handlers, by their C symbols (pg_sys wraps functions in Rust ones,
-/// which cannot be handed to pqsignal).
-mod signals {
+/// which cannot be handed to pqsignal), and what pgrx does not bind of storage/pmsignal.h.
+pub(super) mod signals {
     unsafe extern "C-unwind" {
         pub fn die(signal: std::ffi::c_int);
         pub fn StatementCancelHandler(signal: std::ffi::c_int);
         pub fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+        pub fn PostmasterIsAliveInternal() -> bool;
+    }
+    unsafe extern "C" {
+        /// Set by the parent-death signal (PR_SET_PDEATHSIG) when the postmaster may be gone.
+        pub static postmaster_possibly_dead: std::ffi::c_int;
     }
 }
 
-/// Entry point of a job worker (see src/worker/mod.rs). `bgw_extra` is the database's name.
-#[pg_guard]
-#[unsafe(no_mangle)]
-pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
-    // SAFETY: the standard backend handlers: SIGTERM ends the process at the next interrupt
-    // check, SIGINT cancels the current statement (our batch), SIGHUP reloads the config.
+/// PostgreSQL's `PostmasterIsAlive()` (a static inline in storage/pmsignal.h): a flag set by
+/// the parent-death signal, and only when it is set, the check of the postmaster's pipe.
+pub(super) fn postmaster_alive() -> bool {
+    // SAFETY: a sig_atomic_t written by a signal handler, read volatile as the C inline does;
+    // PostmasterIsAliveInternal reads the postmaster's pipe.
+    unsafe {
+        std::ptr::read_volatile(&raw const signals::postmaster_possibly_dead) == 0
+            || signals::PostmasterIsAliveInternal()
+    }
+}
+
+/// Ends this process (exit status 1, as `WL_EXIT_ON_PM_DEATH` does; the open transaction is
+/// rolled back by the exit callbacks) when the postmaster is gone: a worker must not go on
+/// committing batches to a cluster that is down, and PostgreSQL does not start again while
+/// processes of the old server hold its shared memory.
+pub(super) fn exit_if_postmaster_died() {
+    if !postmaster_alive() {
+        // SAFETY: proc_exit runs the exit callbacks (transaction abort, slot release) and exits.
+        unsafe { pg_sys::proc_exit(1) };
+    }
+}
+
+/// PostgreSQL's signal handlers for a background worker: SIGTERM (shutdown,
+/// `pg_terminate_backend`) ends the process at the next interrupt check with a FATAL error, exit
+/// status 1 (so a registered worker with a restart time is started again; during a shutdown the
+/// postmaster starts nothing); SIGINT cancels the current statement; SIGHUP asks for a reload.
+pub(super) fn attach_signal_handlers() {
+    // SAFETY: installing PostgreSQL's own handlers, then unblocking signals, as bgworkers do.
     unsafe {
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(signals::die));
         pg_sys::pqsignal(pg_sys::SIGINT as i32, Some(signals::StatementCancelHandler));
@@ -44,11 +71,47 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
         );
         pg_sys::BackgroundWorkerUnblockSignals();
     }
+}
+
+/// Reloads the configuration if a SIGHUP asked for it (in a main loop, between transactions).
+pub(super) fn reload_config_if_asked() {
+    // SAFETY: the flag is set by the SIGHUP handler; reloading is done in the main loop.
+    unsafe {
+        if pg_sys::ConfigReloadPending != 0 {
+            pg_sys::ConfigReloadPending = 0;
+            pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+        }
+    }
+}
+
+/// Waits until this process's latch is set or `ms` pass; exits if the postmaster dies
+/// (`WL_EXIT_ON_PM_DEATH`). Interrupts (SIGTERM) are handled by the caller's next check.
+pub(super) fn wait(ms: i64) {
+    // SAFETY: standard latch wait on this process's latch.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            ms as std::ffi::c_long,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+}
+
+/// Entry point of a job worker (see src/worker/mod.rs). `bgw_extra` is the database's name.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
+    // SIGTERM ends the worker at the next interrupt check, rolling its batch back; SIGINT
+    // cancels the batch (our statement).
+    attach_signal_handlers();
     let dbname = BackgroundWorker::get_extra().to_owned();
     BackgroundWorker::connect_worker_to_spi(Some(&dbname), None);
     // SAFETY: plain reads of process globals set by InitPostgres.
     let (db, pid) = unsafe { (pg_sys::MyDatabaseId.to_u32(), pg_sys::MyProcPid) };
-    if !registry::take_slot(pid, db) {
+    // SAFETY: MyLatch points into this process's PGPROC (shared memory) once it is set up.
+    if !registry::take_slot(pid, db, unsafe { pg_sys::MyLatch }) {
         return;
     }
     // The worker's own statements (as superuser) never resolve names through a path others can
@@ -68,13 +131,8 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
 
     loop {
         pgrx::check_for_interrupts!();
-        // SAFETY: the flag is set by the SIGHUP handler; reloading is done in the main loop.
-        unsafe {
-            if pg_sys::ConfigReloadPending != 0 {
-                pg_sys::ConfigReloadPending = 0;
-                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
-            }
-        }
+        exit_if_postmaster_died();
+        reload_config_if_asked();
         let next = match in_transaction(|| (plan(db, &dbname), true)) {
             Ok(n) => n,
             Err(e) => {
@@ -104,17 +162,11 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
     }
 }
 
+/// Waits `tributary.job_poll_interval`, or until rows are queued for a continuous job of this
+/// database (the trigger sets this worker's latch at commit, src/worker/registry.rs). The
+/// worker, and the model sessions it holds, stay: an idle worker is not restarted.
 fn wait_poll_interval() {
-    // SAFETY: standard latch wait; postmaster death ends the process.
-    unsafe {
-        pg_sys::WaitLatch(
-            pg_sys::MyLatch,
-            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-            gucs::job_poll_interval_ms() as std::ffi::c_long,
-            pg_sys::PG_WAIT_EXTENSION,
-        );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
-        // A cancel while waiting has no batch to stop.
-        pg_sys::QueryCancelPending = 0;
-    }
+    wait(gucs::job_poll_interval_ms() as i64);
+    // SAFETY: a cancel while waiting has no batch to stop.
+    unsafe { pg_sys::QueryCancelPending = 0 };
 }
