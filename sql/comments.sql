@@ -71,3 +71,4 @@ COMMENT ON FUNCTION tributary._job_sync_tables(tributary._jobs, boolean) IS 'Int
 COMMENT ON FUNCTION tributary._job_ddl() IS 'Internal: the event trigger function that keeps continuous jobs'' triggers on partitions created, attached or detached.';
 COMMENT ON EVENT TRIGGER tributary_job_partitions IS 'Keeps continuous jobs on partitioned tables in step with CREATE TABLE ... PARTITION OF, ATTACH PARTITION and DETACH PARTITION.';
 COMMENT ON FUNCTION tributary._vector_schema() IS 'Internal: pgvector''s schema, quoted, for operators and functions in dynamic SQL whatever the search_path.';
+COMMENT ON FUNCTION tributary._job_service() IS 'Internal: whether a job worker can serve this database now (workers in it, or what a job waits for), for tributary.jobs.';

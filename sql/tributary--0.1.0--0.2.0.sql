@@ -10,6 +10,15 @@ SELECT pg_catalog.pg_extension_config_dump('tributary._jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('tributary._jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('tributary._job_errors', '');
 
+-- What can serve a job now (src/worker/mod.rs), for the jobs view's state and waiting_for.
+CREATE FUNCTION tributary._job_service() RETURNS TABLE (
+	"workers_in_database" INT,
+	"waiting_for" TEXT
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c
+AS 'MODULE_PATHNAME', '_job_service_wrapper';
+
 -- pgvector's schema, quoted, for OPERATOR(schema.<=>) and schema.subvector(...) in dynamic SQL
 -- that must not depend on the caller's search_path (tributary_predict, tributary_evaluate).
 CREATE OR REPLACE FUNCTION tributary._vector_schema() RETURNS text
@@ -728,6 +737,38 @@ CREATE EVENT TRIGGER tributary_job_partitions ON ddl_command_end
 REVOKE ALL ON FUNCTION tributary._job_sync_tables(tributary._jobs, boolean),
     tributary._job_fill_sql(tributary._jobs, regclass), tributary._job_ddl() FROM PUBLIC;
 
+-- The jobs view: 'waiting' when no worker can serve a running job, worker_pids, waiting_for.
+CREATE OR REPLACE VIEW tributary.jobs WITH (security_barrier) AS
+WITH wk AS (SELECT pid, job FROM tributary.workers())
+SELECT j.id, j.name,
+       CASE WHEN j.state = 'running' AND s.workers_in_database = 0 THEN 'waiting' ELSE j.state END AS state,
+       j.mode, j.source, j.columns,
+       coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
+       j.owner,
+       j.rows_done,
+       q.queued AS rows_queued,
+       e.failed AS rows_failed,
+       j.rows_done + coalesce(q.queued, 0) + e.failed AS rows_total,
+       r.rate AS rows_per_second,
+       CASE WHEN r.rate > 0 THEN round(q.queued / r.rate) END AS seconds_left,
+       j.last_error, j.last_error_at, j.created_at, j.started_at, j.last_batch_at, j.finished_at,
+       p.pids AS worker_pids,
+       CASE WHEN j.state IN ('pending', 'running') AND s.workers_in_database = 0
+            THEN coalesce(s.waiting_for, 'a job worker to start') END AS waiting_for
+FROM tributary._jobs j
+CROSS JOIN tributary._job_service() s
+CROSS JOIN LATERAL (SELECT tributary._queued(j.queue) AS queued) q
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE status <> 'queued') AS failed
+    FROM tributary._job_errors x WHERE x.job_id = j.id) e
+CROSS JOIN LATERAL (
+    SELECT round((sum(b.rows) / greatest(extract(epoch FROM now() - max(w.since)), 0.001))::numeric, 1) AS rate
+    FROM (SELECT greatest(now() - interval '1 minute', j.started_at) AS since) w
+    LEFT JOIN tributary._job_batches b ON b.job_id = j.id AND b.finished_at > w.since) r
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(wk.pid ORDER BY wk.pid), '{}') AS pids FROM wk WHERE wk.job = j.id) p
+WHERE pg_has_role(j.owner, 'USAGE');
+
 -- Comments on every object (sql/comments.sql, as it stands in 0.2.0).
 COMMENT ON SCHEMA tributary IS 'tributary: the model catalog, jobs, views and internal functions (the tributary_* functions live in the extension''s schema)';
 
@@ -796,3 +837,4 @@ COMMENT ON FUNCTION tributary._job_sync_tables(tributary._jobs, boolean) IS 'Int
 COMMENT ON FUNCTION tributary._job_ddl() IS 'Internal: the event trigger function that keeps continuous jobs'' triggers on partitions created, attached or detached.';
 COMMENT ON EVENT TRIGGER tributary_job_partitions IS 'Keeps continuous jobs on partitioned tables in step with CREATE TABLE ... PARTITION OF, ATTACH PARTITION and DETACH PARTITION.';
 COMMENT ON FUNCTION tributary._vector_schema() IS 'Internal: pgvector''s schema, quoted, for operators and functions in dynamic SQL whatever the search_path.';
+COMMENT ON FUNCTION tributary._job_service() IS 'Internal: whether a job worker can serve this database now (workers in it, or what a job waits for), for tributary.jobs.';
