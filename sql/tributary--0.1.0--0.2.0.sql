@@ -712,6 +712,11 @@ BEGIN
                      OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_ancestors(r.oid) a)
                      OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_tree(r.oid) a)
                      OR EXISTS (SELECT 1 FROM tributary._job_triggers(x.id) t WHERE t.rel = ANY (rels)))
+                -- Only a job whose source has its trigger: while pg_restore rebuilds a database,
+                -- its ALTER TABLEs (constraints) come after the jobs' rows and before their
+                -- triggers, which the dump creates itself.
+                AND EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = x.source
+                               AND g.tgname = ('tributary_job_' || x.id || '_insert')::name)
               ORDER BY x.id LOOP
         PERFORM tributary._job_sync_tables(j, true);
     END LOOP;

@@ -67,10 +67,20 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         c.execute("INSERT INTO docs SELECT i, (%s::text[])[1 + i %% 12] || ' ' || i FROM generate_series(1, 40) i", (WORDS,))
         c.execute("CREATE TABLE feed (id int PRIMARY KEY, body text, e vector(384))")
         c.execute("INSERT INTO feed SELECT i, (%s::text[])[1 + i %% 12] FROM generate_series(1, 10) i", (WORDS,))
+        # A partitioned source: its triggers are on every partition, and pg_restore's own
+        # ALTER TABLEs must not make the event trigger add them before the dump does.
+        c.execute("CREATE TABLE pfeed (id int, region text, body text, e vector(384), PRIMARY KEY (id, region)) "
+                  "PARTITION BY LIST (region)")
+        c.execute("CREATE TABLE pfeed_us PARTITION OF pfeed FOR VALUES IN ('us')")
+        c.execute("CREATE TABLE pfeed_eu PARTITION OF pfeed FOR VALUES IN ('eu')")
+        c.execute("INSERT INTO pfeed SELECT i, CASE WHEN i %% 2 = 0 THEN 'us' ELSE 'eu' END, (%s::text[])[1 + i %% 12] "
+                  "FROM generate_series(1, 8) i", (WORDS,))
+        pcont = c.execute("SELECT tributary_job_create('pfeed', '{body}', 'e', mode => 'continuous')").fetchone()[0]
         once = c.execute("SELECT tributary_job_create('docs', '{body}', 'e', batch_size => 16)").fetchone()[0]
         cont = c.execute("SELECT tributary_job_create('feed', '{body}', 'e', mode => 'continuous', batch_size => 16)").fetchone()[0]
         wait_until(lambda j: job(c, j), once, lambda j: j["state"] == "done", 120, "once job done")
         wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 10, 120, "continuous job caught up")
+        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 8, 120, "partitioned job caught up")
         # A second continuous job, paused with rows in its queue: the dump carries them.
         c.execute("CREATE TABLE feed2 (id int PRIMARY KEY, body text, e vector(384))")
         paused = c.execute("SELECT tributary_job_create('feed2', '{body}', 'e', mode => 'continuous')").fetchone()[0]
@@ -115,6 +125,10 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         c.execute("INSERT INTO feed VALUES (11, 'tax return deadline'), (12, 'oak tree leaves')")
         c.execute("UPDATE feed SET body = 'jet engine repair' WHERE id = 1")
         wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 15, 60, "new rows embedded")
+        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 8, 60, "partitioned job caught up")
+        c.execute("INSERT INTO pfeed_us VALUES (100, 'us', 'violin concerto'), (101, 'us', 'red wine')")
+        c.execute("INSERT INTO pfeed VALUES (102, 'eu', 'glacier melt')")
+        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 11, 60, "partitioned job's new rows")
         # The paused one resumes where the dump left it.
         c.execute("SELECT tributary_job_resume(%s)", (paused,))
         wait_until(lambda j: job(c, j), paused, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 2, 60, "restored queue drained")
@@ -124,7 +138,7 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         new = c.execute("SELECT tributary_job_create('more', '{body}', 'e')").fetchone()[0]
         assert new > max(r[0] for r in jobs_before)
         wait_until(lambda j: job(c, j), new, lambda j: j["state"] == "done", 120, "new job done")
-        for table in ("docs", "feed", "feed2", "more"):
+        for table in ("docs", "feed", "feed2", "pfeed", "more"):
             worst, missing = worst_cosine(c, table)
             assert missing == 0, table
             assert worst > 0.9999, (table, worst)
