@@ -82,8 +82,8 @@ add_src() {
 }
 
 # pgvector with halfvec (0.7.0 or later) in PG_CONFIG's PostgreSQL: left alone when present, else
-# built from Debian's source package: sid's (0.8.7 when this was written) where the archive serves
-# it, else trixie's (0.8.0). pgvector before 0.8.1 does not build for PostgreSQL 18: it calls
+# built from Debian's source package: trixie's (0.8.0, the same version on every major, which the
+# golden tests print), else sid's (0.8.7 when this was written). pgvector before 0.8.1 does not build for PostgreSQL 18: it calls
 # vacuum_delay_point() without the argument 18 added, and reads TupleDesc->attrs, which 18 renamed;
 # those two lines are patched (as 0.8.1 does) when building for 18.
 pgvector_ensure() {
@@ -98,7 +98,7 @@ pgvector_ensure() {
   add_src sid
   add_src trixie
   work=$(mktemp -d)
-  for suite in sid trixie; do
+  for suite in trixie sid; do
     (cd "$work" && apt-get source --download-only "pgvector/$suite" >/dev/null 2>&1) && break
     rm -f "$work"/pgvector_*
   done

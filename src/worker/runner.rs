@@ -19,6 +19,12 @@ pub(super) fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
     unsafe { pg_sys::pgstat_report_activity(state, c.as_ptr()) };
 }
 
+// PostgreSQL 18's backend headers make pqsignal a macro for pqsignal_be.
+#[cfg(feature = "pg18")]
+use pg_sys::pqsignal_be as pqsignal;
+#[cfg(not(feature = "pg18"))]
+use pg_sys::pqsignal;
+
 /// PostgreSQL's own signal handlers, by their C symbols (pg_sys wraps functions in Rust ones,
 /// which cannot be handed to pqsignal).
 mod signals {
@@ -36,9 +42,9 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
     // SAFETY: the standard backend handlers: SIGTERM ends the process at the next interrupt
     // check, SIGINT cancels the current statement (our batch), SIGHUP reloads the config.
     unsafe {
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(signals::die));
-        pg_sys::pqsignal(pg_sys::SIGINT as i32, Some(signals::StatementCancelHandler));
-        pg_sys::pqsignal(
+        pqsignal(pg_sys::SIGTERM as i32, Some(signals::die));
+        pqsignal(pg_sys::SIGINT as i32, Some(signals::StatementCancelHandler));
+        pqsignal(
             pg_sys::SIGHUP as i32,
             Some(signals::SignalHandlerForConfigReload),
         );
