@@ -113,7 +113,9 @@ pgvector_ensure() {
       "$work/pgvector-$v"/src/*.c
   fi
   make -s -C "$work/pgvector-$v" PG_CONFIG="$pgc" OPTFLAGS="" >/dev/null
-  $(sudo_for "$("$pgc" --pkglibdir)") make -s -C "$work/pgvector-$v" PG_CONFIG="$pgc" install >/dev/null
+  local s; s=$(sudo_for "$("$pgc" --pkglibdir)")
+  [ -n "$s" ] || s=$(sudo_for "$("$pgc" --sharedir)/extension")
+  $s make -s -C "$work/pgvector-$v" PG_CONFIG="$pgc" install >/dev/null
   rm -rf "$work"
   echo "pgvector $v installed into $("$pgc" --version)"
 }

@@ -10,9 +10,9 @@
 #      in background workers with crash tests, on a second cluster with shared_preload_libraries)
 #   4. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
 #   5. in-backend tests (#[pg_test]) with cargo pgrx test, on each major
-#   6. last, a check that the system's PostgreSQL 15 holds the tributary files it held before (cargo
-#      pgrx test pg15 installs its debug build there; the files found are put back, also on an
-#      interrupt)
+#   6. last, a check that the system's PostgreSQL 15 holds the tributary files it held before the
+#      run, or none (setup installs the release build there, cargo pgrx test pg15 its debug build;
+#      the files found are put back, also on an interrupt)
 # Integration and fidelity tests run on PostgreSQL 15 only. Each step prints its time.
 #   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
 #      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
@@ -21,28 +21,10 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
-bash scripts/setup.sh || { echo "setup failed"; exit 1; }
-source scripts/cluster.sh
-
-passed=0; failed=0; failures=()
-step() {  # step NAME COMMAND...
-  local name=$1 t0; shift
-  printf '\n==== %s\n' "$name"
-  t0=$(date +%s)
-  if "$@"; then passed=$((passed + 1)); echo "---- $name: ok ($(( $(date +%s) - t0 )) s)";
-  else failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED ($(( $(date +%s) - t0 )) s)"; fi
-}
-t_start=$(date +%s)
-majors=${TRIBUTARY_PG_MAJORS:-15 17 18}
-PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major (scripts/build_pg.sh's for 17, 18)
-  if [ "$1" = 15 ]; then echo "$PG15_CONFIG"
-  else echo "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1/bin/pg_config"; fi
-}
-
-# The system's PostgreSQL 15: its tributary files (release build from scripts/setup.sh, or none)
-# are kept aside now and put back on exit, whatever ends the run; the last step compares them.
-sys_lib=$($PG15_CONFIG --pkglibdir) sys_ext=$($PG15_CONFIG --sharedir)/extension
+# The system's PostgreSQL 15 (Debian's layout): its tributary files as found before setup (a
+# release build, or none) are kept aside and put back on exit, whatever ends the run; the last step
+# compares them. Setup installs this checkout's release build there for the tests on 15.
+sys_lib=/usr/lib/postgresql/15/lib sys_ext=/usr/share/postgresql/15/extension
 sys_keep=$(mktemp -d /tmp/tributary-sys-keep.XXXXXX)
 sys_files() { ls "$sys_lib"/tributary.so "$sys_ext"/tributary.control "$sys_ext"/tributary--*.sql 2>/dev/null; }
 sys_files | while read -r f; do cp -p "$f" "$sys_keep/"; done
@@ -67,6 +49,26 @@ sys_check() {
 on_exit() { sys_restore; rm -rf "$sys_keep" "$sys_keep.sha256"; }
 trap on_exit EXIT
 trap 'exit 130' INT TERM
+
+bash scripts/setup.sh || { echo "setup failed"; exit 1; }
+source scripts/cluster.sh
+
+passed=0; failed=0; failures=()
+step() {  # step NAME COMMAND...
+  local name=$1 t0; shift
+  printf '\n==== %s\n' "$name"
+  t0=$(date +%s)
+  if "$@"; then passed=$((passed + 1)); echo "---- $name: ok ($(( $(date +%s) - t0 )) s)";
+  else failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED ($(( $(date +%s) - t0 )) s)"; fi
+}
+t_start=$(date +%s)
+majors=${TRIBUTARY_PG_MAJORS:-15 17 18}
+PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major (scripts/build_pg.sh's for 17, 18)
+  if [ "$1" = 15 ]; then echo "$PG15_CONFIG"
+  else echo "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1/bin/pg_config"; fi
+}
+
 
 # The postgres OS user runs the test clusters; it must be able to read the crate.
 chmod -R a+rX "$ROOT" 2>/dev/null || true
