@@ -61,6 +61,7 @@ $SUDO mkdir -p "$cache"
 work=$cache/build-pg$major
 rm -rf "$work" "$prefix"
 mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 log "PostgreSQL $major: source package from $suite"
