@@ -20,10 +20,10 @@ pub(super) fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
 }
 
 // PostgreSQL 18's backend headers make pqsignal a macro for pqsignal_be.
-#[cfg(feature = "pg18")]
-use pg_sys::pqsignal_be as pqsignal;
 #[cfg(not(feature = "pg18"))]
 use pg_sys::pqsignal;
+#[cfg(feature = "pg18")]
+use pg_sys::pqsignal_be as pqsignal;
 
 /// PostgreSQL's own signal handlers, by their C symbols (pg_sys wraps functions in Rust ones,
 /// which cannot be handed to pqsignal).
