@@ -171,6 +171,8 @@ other_major() {  # other_major MAJOR
 }
 for m in $majors; do
   [ "$m" = 15 ] && continue
+  step "cargo clippy -D warnings, PostgreSQL $m" \
+    cargo clippy -p tributary --no-default-features --features "pg$m" --all-targets -- -D warnings
   step "SQL golden tests (pg_regress), PostgreSQL $m" other_major "$m"
 done
 
