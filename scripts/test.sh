@@ -2,11 +2,18 @@
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
 #   1. model preparation tests (pytest, ort/scripts/test_export.py) and the benchmark report's
 #      arithmetic (benches/test_report.py; the benchmarks themselves are not tests)
-#   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster
+#   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster, on
+#      each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 17 18"; 15 is the system's, with
+#      the release build; 17 and 18 are the private builds of scripts/build_pg.sh, with a debug
+#      build of the extension installed into them)
 #   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
 #      in background workers with crash tests, on a second cluster with shared_preload_libraries)
 #   4. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
-#   5. in-backend tests (#[pg_test]) with cargo pgrx test
+#   5. in-backend tests (#[pg_test]) with cargo pgrx test, on each major
+#   6. last, a check that the system's PostgreSQL 15 holds the tributary files it held before the
+#      run, or none (setup installs the release build there, cargo pgrx test pg15 its debug build;
+#      the files found are put back, also on an interrupt)
+# Integration and fidelity tests run on PostgreSQL 15 only. Each step prints its time.
 #   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
 #      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
 # Ends with a line "N passed, N failed".
@@ -14,16 +21,54 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
+# The system's PostgreSQL 15 (Debian's layout): its tributary files as found before setup (a
+# release build, or none) are kept aside and put back on exit, whatever ends the run; the last step
+# compares them. Setup installs this checkout's release build there for the tests on 15.
+sys_lib=/usr/lib/postgresql/15/lib sys_ext=/usr/share/postgresql/15/extension
+sys_keep=$(mktemp -d /tmp/tributary-sys-keep.XXXXXX)
+sys_files() { ls "$sys_lib"/tributary.so "$sys_ext"/tributary.control "$sys_ext"/tributary--*.sql 2>/dev/null; }
+sys_files | while read -r f; do cp -p "$f" "$sys_keep/"; done
+sys_files | xargs -r sha256sum >"$sys_keep.sha256"
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+sys_restore() {
+  $SUDO rm -f "$sys_lib"/tributary.so "$sys_ext"/tributary.control "$sys_ext"/tributary--*.sql
+  local f
+  for f in "$sys_keep"/*; do
+    [ -e "$f" ] || continue
+    case "$f" in *.so) $SUDO cp -p "$f" "$sys_lib/" ;; *) $SUDO cp -p "$f" "$sys_ext/" ;; esac
+  done
+}
+sys_check() {
+  sys_restore
+  if diff <(sys_files | xargs -r sha256sum) "$sys_keep.sha256"; then
+    echo "system PostgreSQL 15: $(wc -l <"$sys_keep.sha256") tributary files, as found"
+  else
+    echo "system PostgreSQL 15: tributary files differ from those found (above)"; return 1
+  fi
+}
+on_exit() { sys_restore; rm -rf "$sys_keep" "$sys_keep.sha256"; }
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
 bash scripts/setup.sh || { echo "setup failed"; exit 1; }
 source scripts/cluster.sh
 
 passed=0; failed=0; failures=()
 step() {  # step NAME COMMAND...
-  local name=$1; shift
+  local name=$1 t0; shift
   printf '\n==== %s\n' "$name"
-  if "$@"; then passed=$((passed + 1)); echo "---- $name: ok";
-  else failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED"; fi
+  t0=$(date +%s)
+  if "$@"; then passed=$((passed + 1)); echo "---- $name: ok ($(( $(date +%s) - t0 )) s)";
+  else failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED ($(( $(date +%s) - t0 )) s)"; fi
 }
+t_start=$(date +%s)
+majors=${TRIBUTARY_PG_MAJORS:-15 17 18}
+PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major (scripts/build_pg.sh's for 17, 18)
+  if [ "$1" = 15 ]; then echo "$PG15_CONFIG"
+  else echo "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1/bin/pg_config"; fi
+}
+
 
 # The postgres OS user runs the test clusters; it must be able to read the crate.
 chmod -R a+rX "$ROOT" 2>/dev/null || true
@@ -36,11 +81,11 @@ step "engine unit tests (cargo test -p tributary-engine)" cargo test -p tributar
 # 1. Model preparation.
 step "export_model, benchmark report (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py
 
-# 5. Engine and in-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
-pgrx_test() {
-  local args=(pg15) src=$ROOT
+# 5. In-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
+pgrx_test() {  # pgrx_test MAJOR
+  local args=("pg$1") src=$ROOT
   if [ "$(id -u)" = 0 ]; then
-    args+=(--runas postgres --pgdata /tmp/tributary-pgrx-test)
+    args+=(--runas postgres --pgdata "/tmp/tributary-pgrx-test-$1")
     # The postgres user must be able to read the crate; a checkout under a private directory
     # (such as /root) is copied to /tmp first, build outputs left behind.
     if ! sudo -u postgres test -r "$ROOT/Cargo.toml"; then
@@ -50,39 +95,31 @@ pgrx_test() {
       chmod -R a+rX "$src"
     fi
   fi
-  rm -rf /tmp/tributary-pgrx-test
-  # cargo pgrx test installs its debug (pg_test) build into the system's PostgreSQL 15: the
-  # release build that scripts/setup.sh installed is put back afterwards, whatever the result.
-  local pg_config=/usr/lib/postgresql/15/bin/pg_config keep rc
-  local lib ext; lib=$($pg_config --pkglibdir); ext=$($pg_config --sharedir)/extension
-  keep=$(mktemp -d)
-  cp -p "$lib/tributary.so" "$keep/" && cp -p "$ext"/tributary* "$keep/"
+  rm -rf "/tmp/tributary-pgrx-test-$1"
+  # On 15 this installs the debug (pg_test) build into the system's PostgreSQL: sys_check puts
+  # back what was there.
   (cd "$src" && cargo pgrx test "${args[@]}")
-  rc=$?
-  rm -f "$ext"/tributary--*.sql
-  cp -p "$keep/tributary.so" "$lib/" && cp -p "$keep"/tributary*.sql "$keep"/tributary.control "$ext/"
-  rm -rf "$keep"
-  return $rc
 }
 
 # 2-4 share one throwaway cluster.
 cluster_destroy test
 cluster_start test 55433 || { echo "could not start the test cluster"; exit 1; }
 
-regress() {
-  local out=/tmp/tributary-test/regress
+regress() {  # regress PG_CONFIG: on the running cluster
+  local out=/tmp/tributary-test/regress pg_regress
+  pg_regress=$("$1" --pkglibdir)/pgxs/src/test/regress/pg_regress
   rm -rf "$out"; mkdir -p "$out"
   [ "$(id -u)" = 0 ] && chown postgres "$out"
   cluster_psql -c "DROP DATABASE IF EXISTS tributary_regress" -c "CREATE DATABASE tributary_regress"
   local tests; tests=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | grep -v '^setup$' | tr '\n' ' ')
-  /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
+  "$pg_regress" \
     --use-existing --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=tributary_regress \
     --inputdir=tests/pg_regress --outputdir="$out" setup $tests
   local rc=$?
   [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ] && cat "$out/regression.diffs"
   return $rc
 }
-step "SQL golden tests (pg_regress)" regress
+step "SQL golden tests (pg_regress), PostgreSQL 15" regress "$PG15_CONFIG"
 
 integration() {
   cluster_psql -c "DROP DATABASE IF EXISTS tributary_it" -c "CREATE DATABASE tributary_it"
@@ -102,7 +139,7 @@ max_worker_processes = 16" cluster_start jobs 55437 || return 1
   export PGHOST=$main_host PGPORT=$main_port
   return $rc
 }
-step "integration tests (pytest)" integration
+step "integration tests (pytest), PostgreSQL 15" integration
 
 fidelity() {
   local ckpt
@@ -113,14 +150,44 @@ fidelity() {
   TRIBUTARY_FIDELITY_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_fidelity" \
     cargo test --profile fidelity --manifest-path tests/fidelity/Cargo.toml -- --nocapture
 }
-step "fidelity vs candle" fidelity
+step "fidelity vs candle, PostgreSQL 15" fidelity
 
 cluster_destroy test
 
-# Last, because cargo pgrx test installs its own (debug, pg_test) build of the extension into
-# PostgreSQL 15; the steps above test the release build that scripts/setup.sh installed.
-step "cargo pgrx test" pgrx_test
+# PostgreSQL 17 and 18: a debug build of the extension (faster to build than the fat-LTO release;
+# the golden tests check results, not speed) into the private prefix, then the golden tests on a
+# throwaway cluster of that major.
+other_major() {  # other_major MAJOR
+  local pgc; pgc=$(pg_config_for "$1")
+  [ -x "$pgc" ] || { echo "no PostgreSQL $1 at $pgc (scripts/build_pg.sh $1 failed?)"; return 1; }
+  cargo pgrx install --pg-config "$pgc" >/dev/null || return 1
+  local PGBIN; PGBIN=$("$pgc" --bindir)
+  cluster_destroy "test$1"
+  cluster_start "test$1" "$((55400 + $1))" || return 1
+  regress "$pgc"
+  local rc=$?
+  cluster_destroy "test$1"
+  return $rc
+}
+for m in $majors; do
+  [ "$m" = 15 ] && continue
+  step "cargo clippy -D warnings, PostgreSQL $m" \
+    cargo clippy -p tributary --no-default-features --features "pg$m" --all-targets -- -D warnings
+  step "SQL golden tests (pg_regress), PostgreSQL $m" other_major "$m"
+done
+
+# In-backend tests on each major, last: on 15 cargo pgrx test installs its own (debug, pg_test)
+# build into the system's PostgreSQL; the steps above tested the release build there.
+for m in $majors; do
+  if [ "$m" = 15 ] || [ -x "$(pg_config_for "$m")" ]; then
+    step "cargo pgrx test, PostgreSQL $m" pgrx_test "$m"
+  else
+    step "cargo pgrx test, PostgreSQL $m" false
+  fi
+done
+step "system PostgreSQL 15 left with the tributary files it had" sys_check
 echo
+echo "total: $(( $(date +%s) - t_start )) s after setup"
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

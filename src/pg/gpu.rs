@@ -98,7 +98,13 @@ pub fn ensure_held() {
         return;
     };
     // SAFETY: a well-formed tag; LockHeldByMe only reads this backend's local lock table.
-    if unsafe { pg_sys::LockHeldByMe(&tag(slot), pg_sys::ExclusiveLock as pg_sys::LOCKMODE) } {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    #[cfg(feature = "pg15")]
+    let held = unsafe { pg_sys::LockHeldByMe(&tag(slot), mode) };
+    // PostgreSQL 17 added `orstronger`; false: exactly this mode, as before.
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    let held = unsafe { pg_sys::LockHeldByMe(&tag(slot), mode, false) };
+    if held {
         return;
     }
     let cap = gucs::max_gpu_sessions().unwrap_or(0) as u32;

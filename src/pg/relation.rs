@@ -126,7 +126,12 @@ pub fn table(oid: pg_sys::Oid) -> Result<Rc<Table>> {
     }
     // SAFETY: MyProc is set in every backend and background worker that runs SQL.
     // GetUserId: the role now, after any SET ROLE or SECURITY DEFINER switch.
-    let (xact, role) = unsafe { ((*pg_sys::MyProc).lxid, pg_sys::GetUserId()) };
+    // The local transaction id moved into MyProc->vxid in PostgreSQL 17.
+    #[cfg(feature = "pg15")]
+    let xact = unsafe { (*pg_sys::MyProc).lxid };
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    let xact = unsafe { (*pg_sys::MyProc).vxid.lxid };
+    let role = unsafe { pg_sys::GetUserId() };
     let key = (oid, role);
     if let Some(t) = TABLES.with(|c| {
         let mut c = c.borrow_mut();

@@ -19,6 +19,12 @@ pub(super) fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
     unsafe { pg_sys::pgstat_report_activity(state, c.as_ptr()) };
 }
 
+// PostgreSQL 18's backend headers make pqsignal a macro for pqsignal_be.
+#[cfg(not(feature = "pg18"))]
+use pg_sys::pqsignal;
+#[cfg(feature = "pg18")]
+use pg_sys::pqsignal_be as pqsignal;
+
 /// PostgreSQL's own signal handlers, by their C symbols (pg_sys wraps functions in Rust ones,
 /// which cannot be handed to pqsignal), and what pgrx does not bind of storage/pmsignal.h.
 pub(super) mod signals {
@@ -63,9 +69,9 @@ pub(super) fn exit_if_postmaster_died() {
 pub(super) fn attach_signal_handlers() {
     // SAFETY: installing PostgreSQL's own handlers, then unblocking signals, as bgworkers do.
     unsafe {
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(signals::die));
-        pg_sys::pqsignal(pg_sys::SIGINT as i32, Some(signals::StatementCancelHandler));
-        pg_sys::pqsignal(
+        pqsignal(pg_sys::SIGTERM as i32, Some(signals::die));
+        pqsignal(pg_sys::SIGINT as i32, Some(signals::StatementCancelHandler));
+        pqsignal(
             pg_sys::SIGHUP as i32,
             Some(signals::SignalHandlerForConfigReload),
         );

@@ -3,6 +3,13 @@
 CREATE EXTENSION vector;
 CREATE EXTENSION tributary;
 SELECT extname, extversion FROM pg_extension WHERE extname IN ('vector', 'tributary') ORDER BY 1;
+-- The installation's directories as $libdir and $sharedir in messages: the same output on every
+-- PostgreSQL. SECURITY DEFINER: pg_config is readable by superusers only.
+CREATE FUNCTION mask_dirs(msg text) RETURNS text LANGUAGE sql SECURITY DEFINER AS $$
+  SELECT replace(replace(msg,
+    (SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'), '$libdir'),
+    (SELECT setting FROM pg_config WHERE name = 'SHAREDIR'), '$sharedir')
+$$;
 CREATE FUNCTION expect_error(sql text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
   state text; msg text; detail text; hint text;
@@ -11,7 +18,7 @@ BEGIN
   RETURN 'no error';
 EXCEPTION WHEN OTHERS THEN
   GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-  RETURN state || ': ' || msg
+  RETURN mask_dirs(state || ': ' || msg
       || CASE WHEN detail <> '' THEN E'\nDETAIL: ' || detail ELSE '' END
-      || CASE WHEN hint <> '' THEN E'\nHINT: ' || hint ELSE '' END;
+      || CASE WHEN hint <> '' THEN E'\nHINT: ' || hint ELSE '' END);
 END $$;
