@@ -65,8 +65,18 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 log "PostgreSQL $major: source package from $suite"
-apt-get source --download-only "postgresql-$major/$suite" >/dev/null 2>&1 \
-  || apt-get source --download-only "postgresql-$major" >/dev/null
+# Exit status 3 when the archive does not serve the source package (seen on 2026-11-23 for
+# postgresql-17: listed by apt-cache showsrc, 404 on every file): scripts/test.sh then reports that
+# major's steps as skipped, with this reason, instead of failing them.
+if ! apt-get source --download-only "postgresql-$major/$suite" >/dev/null 2>&1 \
+   && ! apt-get source --download-only "postgresql-$major" >"$work/download.log" 2>&1; then
+  reason="the archive does not serve postgresql-$major's source package: $(grep -m1 -o '[0-9]\{3\} *Not Found' "$work/download.log" || tail -1 "$work/download.log")"
+  echo "build_pg.sh: $reason" >&2
+  cd / && rm -rf "$work"
+  echo "$reason" > "$cache/pg$major.unavailable"
+  exit 3
+fi
+rm -f "$cache/pg$major.unavailable"
 orig=$(ls postgresql-"$major"_*.orig.tar.* | head -1)
 version=$(basename "$orig" | sed -E 's/^postgresql-[0-9]+_([^.]+\.[^.]+)\.orig.*/\1/')
 tar -xf "$orig"
