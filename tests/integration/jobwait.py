@@ -1,6 +1,19 @@
-"""Waiting for a job's state, shared by test_jobs.py and test_hostile.py."""
+"""Waiting for a job's state, and connecting through a restart: shared by the jobs tests."""
 
 import time
+
+import psycopg
+
+
+def connect(dsn, attempts=120, **kwargs):
+    """Connects (autocommit), waiting through a restart (the postmaster refuses connections meanwhile)."""
+    for i in range(attempts):
+        try:
+            return psycopg.connect(dsn, autocommit=True, **kwargs)
+        except psycopg.OperationalError:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.5)
 
 
 def wait_until(read, job_id, predicate, timeout, what, every=0.3):

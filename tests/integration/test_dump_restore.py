@@ -13,7 +13,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import pytest
 
-from jobwait import wait_until
+from jobwait import connect, wait_until
 
 SRC, DST = "tributary_dump_src", "tributary_dump_dst"
 WORDS = ["zebra", "apple", "car engine", "banana bread", "violin", "glacier", "tax return",
@@ -39,13 +39,7 @@ def env():
 
 
 def db(env, name):
-    for i in range(120):
-        try:
-            return psycopg.connect(make_conninfo(env["dsn"], dbname=name), autocommit=True)
-        except psycopg.OperationalError:
-            if i == 119:
-                raise
-            time.sleep(0.5)
+    return connect(make_conninfo(env["dsn"], dbname=name))
 
 
 def job(c, job_id):

@@ -18,7 +18,7 @@ import time
 import psycopg
 import pytest
 
-from jobwait import wait_until
+from jobwait import connect, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,16 +48,6 @@ def cluster():
         c.execute("SELECT pg_reload_conf()")
     return {"dsn": dsn, "pgdata": pgdata, "pgbin": pgbin}
 
-
-def connect(dsn, attempts=120):
-    """Connects, waiting through a crash restart (the postmaster refuses connections meanwhile)."""
-    for i in range(attempts):
-        try:
-            return psycopg.connect(dsn, autocommit=True)
-        except psycopg.OperationalError:
-            if i == attempts - 1:
-                raise
-            time.sleep(0.5)
 
 
 def query(dsn, sql, args=None):

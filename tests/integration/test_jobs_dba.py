@@ -19,7 +19,7 @@ import time
 import psycopg
 import pytest
 
-from jobwait import wait_until
+from jobwait import connect, wait_until
 
 COUNT_WRITES = """
 CREATE OR REPLACE FUNCTION count_writes() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -54,16 +54,6 @@ def cluster():
         c.execute("ALTER SYSTEM RESET tributary.max_workers")
         c.execute("SELECT pg_reload_conf()")
 
-
-def connect(dsn, attempts=120):
-    """Connects, waiting through a restart (the postmaster refuses connections meanwhile)."""
-    for i in range(attempts):
-        try:
-            return psycopg.connect(dsn, autocommit=True)
-        except psycopg.OperationalError:
-            if i == attempts - 1:
-                raise
-            time.sleep(0.5)
 
 
 def query(dsn, sql, args=None):
