@@ -8,7 +8,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-bash scripts/setup.sh
+# The demo runs on the system's PostgreSQL 15: the other majors (built from source for the tests)
+# are not needed, unless TRIBUTARY_PG_MAJORS asks for them.
+TRIBUTARY_PG_MAJORS=${TRIBUTARY_PG_MAJORS:-15} bash scripts/setup.sh
 source scripts/cluster.sh
 chmod -R a+rX "$ROOT" 2>/dev/null || true
 cluster_destroy demo
