@@ -12,7 +12,7 @@ use pgrx::prelude::*;
 use crate::pg::gucs;
 use crate::worker::registry::{self, Shortage, Want};
 use crate::worker::runner::{
-    attach_signal_handlers, exit_if_postmaster_died, reload_config_if_asked, wait,
+    attach_signal_handlers, exit_if_postmaster_died, pqsignal, reload_config_if_asked, wait,
 };
 
 /// How often the launcher looks for databases created since it started.
@@ -43,7 +43,7 @@ pub extern "C-unwind" fn tributary_launcher_main(_arg: pg_sys::Datum) {
     // The launcher runs no statement a cancel could stop: pg_cancel_backend does nothing to it
     // (rather than an error outside any transaction, which would end it).
     // SAFETY: a handler that does nothing, replacing StatementCancelHandler.
-    unsafe { pg_sys::pqsignal(pg_sys::SIGINT as i32, Some(ignore_signal)) };
+    unsafe { pqsignal(pg_sys::SIGINT as i32, Some(ignore_signal)) };
     BackgroundWorker::connect_worker_to_spi(None, None);
     // SAFETY: plain read of this process's pid; MyLatch points into this process's PGPROC
     // (shared memory) once it is set up.

@@ -21,9 +21,9 @@ pub(super) fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
 
 // PostgreSQL 18's backend headers make pqsignal a macro for pqsignal_be.
 #[cfg(not(feature = "pg18"))]
-use pg_sys::pqsignal;
+pub(super) use pg_sys::pqsignal;
 #[cfg(feature = "pg18")]
-use pg_sys::pqsignal_be as pqsignal;
+pub(super) use pg_sys::pqsignal_be as pqsignal;
 
 /// PostgreSQL's own signal handlers, by their C symbols (pg_sys wraps functions in Rust ones,
 /// which cannot be handed to pqsignal), and what pgrx does not bind of storage/pmsignal.h.
