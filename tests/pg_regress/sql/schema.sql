@@ -8,6 +8,10 @@ WHERE d.refclassid = 'pg_extension'::regclass
   AND obj_description(d.objid, d.classid::regclass::name) IS NULL
   -- (cargo pgrx test's build adds its #[pg_test] functions in schema tests)
   AND pg_describe_object(d.classid, d.objid, 0) !~ '^(schema tests$|function tests\.)'
+  -- (PostgreSQL 18 also lists the row types of the extension's tables and views, and their
+  -- array types, as members: they are described by their relations)
+  AND NOT (d.classid = 'pg_type'::regclass
+           AND EXISTS (SELECT 1 FROM pg_type t WHERE t.oid = d.objid AND (t.typrelid <> 0 OR t.typelem <> 0)))
 ORDER BY 1;
 -- The rule: tributary_* functions in the extension's schema, everything else in schema tributary.
 SELECT n.nspname = e.extnamespace::regnamespace::name AS in_extension_schema, count(*)
