@@ -72,3 +72,4 @@ COMMENT ON FUNCTION tributary._job_ddl() IS 'Internal: the event trigger functio
 COMMENT ON EVENT TRIGGER tributary_job_partitions IS 'Keeps continuous jobs on partitioned tables in step with CREATE TABLE ... PARTITION OF, ATTACH PARTITION and DETACH PARTITION.';
 COMMENT ON FUNCTION tributary._vector_schema() IS 'Internal: pgvector''s schema, quoted, for operators and functions in dynamic SQL whatever the search_path.';
 COMMENT ON FUNCTION tributary._job_service() IS 'Internal: whether a job worker can serve this database now (workers in it, or what a job waits for), for tributary.jobs.';
+COMMENT ON FUNCTION tributary._jobs_added() IS 'Internal: the trigger on tributary._jobs that asks the launcher for a worker when jobs arrive other than through tributary_job_create (pg_restore).';

@@ -97,6 +97,19 @@ SELECT pg_catalog.pg_extension_config_dump('tributary._jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('tributary._jobs_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('tributary._job_errors', '');
 
+-- Rows coming into tributary._jobs other than through tributary_job_create (pg_restore loading a
+-- dump's jobs, which it does with COPY after the database exists) ask the launcher for a worker in
+-- this database when they commit: a restored running job does not wait for anyone to ask.
+CREATE FUNCTION tributary._jobs_added() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM tributary._wake_launcher();
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._jobs_added() FROM PUBLIC;
+CREATE TRIGGER jobs_added AFTER INSERT ON tributary._jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION tributary._jobs_added();
+
 -- Rows waiting in a job's queue (claimed rows of batches not yet committed included).
 -- Runs with the caller's rights: a job's owner may read its queue, nobody else.
 CREATE FUNCTION tributary._queued(queue regclass) RETURNS bigint

@@ -774,6 +774,17 @@ CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(wk.pid ORDER BY wk.pid), '{}') AS pids FROM wk WHERE wk.job = j.id) p
 WHERE pg_has_role(j.owner, 'USAGE');
 
+-- Restored jobs ask for a worker when their rows are loaded.
+CREATE FUNCTION tributary._jobs_added() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM tributary._wake_launcher();
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._jobs_added() FROM PUBLIC;
+CREATE TRIGGER jobs_added AFTER INSERT ON tributary._jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION tributary._jobs_added();
+
 -- Comments on every object (sql/comments.sql, as it stands in 0.2.0).
 COMMENT ON SCHEMA tributary IS 'tributary: the model catalog, jobs, views and internal functions (the tributary_* functions live in the extension''s schema)';
 
@@ -843,3 +854,4 @@ COMMENT ON FUNCTION tributary._job_ddl() IS 'Internal: the event trigger functio
 COMMENT ON EVENT TRIGGER tributary_job_partitions IS 'Keeps continuous jobs on partitioned tables in step with CREATE TABLE ... PARTITION OF, ATTACH PARTITION and DETACH PARTITION.';
 COMMENT ON FUNCTION tributary._vector_schema() IS 'Internal: pgvector''s schema, quoted, for operators and functions in dynamic SQL whatever the search_path.';
 COMMENT ON FUNCTION tributary._job_service() IS 'Internal: whether a job worker can serve this database now (workers in it, or what a job waits for), for tributary.jobs.';
+COMMENT ON FUNCTION tributary._jobs_added() IS 'Internal: the trigger on tributary._jobs that asks the launcher for a worker when jobs arrive other than through tributary_job_create (pg_restore).';
