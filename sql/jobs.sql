@@ -101,7 +101,8 @@ SELECT pg_catalog.pg_extension_config_dump('tributary._job_errors', '');
 -- dump's jobs, which it does with COPY after the database exists) ask the launcher for a worker in
 -- this database when they commit: a restored running job does not wait for anyone to ask.
 CREATE FUNCTION tributary._jobs_added() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- (client_min_messages: tributary_job_create has already said it when tributary is not preloaded)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
 BEGIN
     PERFORM tributary._wake_launcher();
     RETURN NULL;

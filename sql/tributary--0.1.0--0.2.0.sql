@@ -776,7 +776,8 @@ WHERE pg_has_role(j.owner, 'USAGE');
 
 -- Restored jobs ask for a worker when their rows are loaded.
 CREATE FUNCTION tributary._jobs_added() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- (client_min_messages: tributary_job_create has already said it when tributary is not preloaded)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
 BEGIN
     PERFORM tributary._wake_launcher();
     RETURN NULL;
