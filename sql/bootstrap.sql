@@ -10,10 +10,16 @@ CREATE TABLE tributary.models (
     tokenizer_file text NOT NULL DEFAULT 'tokenizer.json',
     dimension      integer NOT NULL CHECK (dimension BETWEEN 1 AND 16000),
     max_length     integer NOT NULL CHECK (max_length > 0),   -- tokens, special tokens included
-    pooling        text NOT NULL CHECK (pooling IN ('mean', 'cls')),
+    pooling        text NOT NULL CHECK (pooling IN ('mean', 'cls', 'lasttoken')),
     precision      text NOT NULL DEFAULT 'fp32' CHECK (precision IN ('fp32', 'fp16', 'int8')),
     sha256         text,                           -- of onnx_file, from tributary.json
-    registered_at  timestamptz NOT NULL DEFAULT now()
+    registered_at  timestamptz NOT NULL DEFAULT now(),
+    -- 'tributary': pooling and normalisation inside the graph (export_model.py);
+    -- 'sentence-transformers': a standard export, pooled (and normalised) by tributary.
+    layout         text NOT NULL DEFAULT 'tributary' CHECK (layout IN ('tributary', 'sentence-transformers')),
+    normalize      boolean NOT NULL DEFAULT true,
+    prompts        jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(prompts) = 'object'),  -- name -> text put before each input
+    default_prompt text CHECK (default_prompt IS NULL OR prompts ? default_prompt)
 );
 REVOKE ALL ON tributary.models FROM PUBLIC;
 GRANT SELECT ON tributary.models TO PUBLIC;

@@ -7,20 +7,26 @@
 COMMENT ON SCHEMA tributary IS 'tributary: the model catalog, jobs, views and internal functions (the tributary_* functions live in the extension''s schema)';
 
 -- Embedding
-COMMENT ON FUNCTION tributary_embed(text, text) IS 'Embedding of one text with a model (default: tributary.model): vector or halfvec of the model''s dimension, unit L2 norm; NULL in, NULL out. Errors: 42704 unknown model, 58P01 missing files, 38000 ONNX Runtime failure.';
-COMMENT ON FUNCTION tributary_embed(text[], text) IS 'Embeddings of many texts in one batched call: vector[] in the same order, NULL elements stay NULL. At most tributary.max_texts_per_call texts (54000 beyond).';
+COMMENT ON FUNCTION tributary_embed(text, text, text) IS 'Embedding of one text with a model (default: tributary.model) and one of its prompts (default: its default prompt): vector of the model''s dimension, unit L2 norm; NULL in, NULL out. Longer than the window: truncated, as tributary.truncation says. Errors: 42704 unknown model or prompt, 22001 truncation under tributary.truncation = error, 58P01 missing files, 38000 ONNX Runtime failure.';
+COMMENT ON FUNCTION tributary_embed(text[], text, text) IS 'Embeddings of many texts in one batched call: vector[] in the same order, NULL elements stay NULL. At most tributary.max_texts_per_call texts (54000 beyond).';
 COMMENT ON FUNCTION tributary_embed(record, text, text[], text[], integer, integer, text[], timestamp with time zone, boolean, integer) IS 'Embedding of a whole row with its foreign-key context, exactly the text tributary_row_text() gives for the same options; NULL in, NULL out.';
-COMMENT ON FUNCTION tributary_embed_column(regclass, text[], name, text, integer, text[], integer, integer, text[], timestamp with time zone) IS 'Fills the target vector/halfvec column for every row where it is NULL (columns, or ''{*}'' for whole rows), batch_size rows at a time, in the caller''s transaction; returns the rows written. Ordinary, partitioned and inheritance tables; 42809 for anything else.';
+COMMENT ON FUNCTION tributary_embed_column(regclass, text[], name, text, integer, text[], integer, integer, text[], timestamp with time zone, text) IS 'Fills the target vector/halfvec column for every row where it is NULL (columns, or ''{*}'' for whole rows), batch_size rows at a time, in the caller''s transaction; returns the rows written. Ordinary, partitioned and inheritance tables; 42809 for anything else. Records the model and prompt for the column (22023 if another filled it); counts truncated texts (tributary.truncation).';
 COMMENT ON FUNCTION tributary_row_text(record, text[], text[], integer, integer, text[], timestamp with time zone, boolean, integer, text, integer) IS 'The text a row becomes for embedding (row template version ''template''): its columns as "column: value" lines, with parents and children through foreign keys, cut to max_tokens tokens by fair shares.';
 COMMENT ON FUNCTION tributary_row_template_version() IS 'The row template version tributary_row_text() uses by default (1).';
 COMMENT ON FUNCTION tributary_tokenize(text, text) IS 'The token ids (integer[]) the model sees for a text: special tokens included, truncated to the model''s max length in tokens; NULL in, NULL out.';
 
 -- Models and sessions
-COMMENT ON FUNCTION tributary_info(text) IS 'The model (default: tributary.model): dimension, max length in tokens, pooling, precision, the execution provider actually in use and why, the ONNX Runtime version and library.';
-COMMENT ON FUNCTION tributary_register_model(text, text, text) IS 'Registers a prepared model directory (model.onnx, tokenizer.json, tributary.json) under a name (superuser only, 42501).';
+COMMENT ON FUNCTION tributary_info(text) IS 'The model (default: tributary.model): dimension, max length in tokens, pooling, precision, the execution provider actually in use and why, the ONNX Runtime version and library, the layout (tributary or sentence-transformers), normalisation and prompts.';
+COMMENT ON FUNCTION tributary_register_model(text, text, text, jsonb) IS 'Registers a model directory under a name (superuser only, 42501): tributary''s export (tributary.json) or a standard sentence-transformers/Optimum export (modules.json, 1_Pooling, onnx/model.onnx); prompts adds name -> text prompts. 0A000 for what tributary cannot run.';
 COMMENT ON FUNCTION tributary_drop_model(text) IS 'Removes a registered model from tributary.models (superuser only, 42501); its files are left alone.';
 COMMENT ON FUNCTION tributary_sessions() IS 'This backend''s ONNX Runtime sessions: execution provider and why, GPU slot, graph, output type, IoBinding, runs, rows, tokens, padded tokens, ms in ONNX Runtime.';
-COMMENT ON TABLE tributary.models IS 'The model catalog: name, directory, dimension, max length, pooling, precision. Readable by everyone; written by tributary_register_model() and tributary_drop_model().';
+COMMENT ON TABLE tributary.models IS 'The model catalog: name, directory, dimension, max length, pooling, precision, layout, normalisation, prompts. Readable by everyone; written by tributary_register_model() and tributary_drop_model().';
+COMMENT ON TABLE tributary.column_models IS 'Which model and prompt filled each embedding column (tributary_embed_column, jobs); tributary_embed_for() embeds queries with it. Readable by everyone.';
+COMMENT ON FUNCTION tributary._bind_column(regclass, name, text, text, text) IS 'Internal: records the model and prompt filling a column, or 22023 when another filled it.';
+COMMENT ON FUNCTION tributary_forget_column(regclass, name) IS 'Forgets which model filled a column (table owners only, 42501), so that another model may fill it.';
+COMMENT ON FUNCTION tributary_embed_for(regclass, name, text, text) IS 'Query embedding of a text for a column, by the model recorded for it (prompt default: the model''s query prompt). 42704 when no model is recorded.';
+COMMENT ON FUNCTION tributary._column_models_drop() IS 'Internal: forgets the columns of dropped tables and columns.';
+COMMENT ON EVENT TRIGGER tributary_column_models_drop IS 'Forgets the models of dropped tables and columns (tributary.column_models).';
 COMMENT ON VIEW tributary.sessions IS 'This backend''s ONNX Runtime sessions (tributary_sessions()).';
 COMMENT ON VIEW tributary.gpu_sessions IS 'Cluster-wide: the backends that hold a GPU slot (at most tributary.max_gpu_sessions).';
 

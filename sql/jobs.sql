@@ -58,7 +58,8 @@ CREATE TABLE tributary._jobs (
     requeue_sql    text NOT NULL,   -- $1 jsonb keys    -> back into the queue
     enqueue_sql    jsonb,           -- continuous: {"INSERT": sql, "UPDATE": ..., ...} over the
                                     -- transition tables new_rows/old_rows, run by _job_trigger
-    UNIQUE (owner, name)
+    UNIQUE (owner, name),
+    rows_truncated bigint NOT NULL DEFAULT 0     -- of rows_done, texts longer than the model's window (cut to it)
 );
 
 -- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
@@ -142,6 +143,7 @@ SELECT j.id, j.name,
        coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
        j.owner,
        j.rows_done,
+       j.rows_truncated,
        q.queued AS rows_queued,
        e.failed AS rows_failed,
        j.rows_done + coalesce(q.queued, 0) + e.failed AS rows_total,
@@ -370,6 +372,8 @@ BEGIN
     -- 42703, 42804, 22000 (sql/bootstrap.sql), as tributary_embed_column checks its target.
     tgt_type := tributary._target_column(tgt, target, m.name, m.dimension, relname => tgt_name);
     vtype := tributary._vector_type(tgt_type);
+    -- 22023 when another model filled the target column (sql/columns.sql); else recorded.
+    PERFORM tributary._bind_column(tgt, target, m.name, NULL, format('a job of %s', caller::regrole));
     IF tgt <> source AND NOT EXISTS (
         SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)

@@ -39,6 +39,13 @@ pgrx::extension_sql_file!(
     ]
 );
 
+// Which model filled each embedding column; tributary_embed_for (see the file's header).
+pgrx::extension_sql_file!(
+    "../sql/columns.sql",
+    name = "columns",
+    requires = ["bootstrap", crate::api::embed::tributary_embed_text]
+);
+
 // COMMENT ON for every object of the extension, after all of them exist.
 pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 

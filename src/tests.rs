@@ -23,7 +23,7 @@ fn vector_datum_is_a_real_pgvector_value() {
     let values: Vec<f32> = text.trim_matches(['[', ']']).split(',').map(|v| v.parse().unwrap()).collect();
     assert_eq!(values.len(), 384);
     // Identical to what the engine returned, value for value.
-    let direct = crate::service::embed::embed_texts(&["hello"], None).unwrap();
+    let direct = crate::service::embed::embed_texts(&["hello"], None, None).unwrap();
     for (a, b) in values.iter().zip(&direct[0].0) {
         assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs {b}");
     }

@@ -28,7 +28,15 @@ use crate::service::rows::RowOptions;
 /// there (the target and other vector columns are never part of it), and every row whose target
 /// is NULL is embedded. These options are an error (22023) with a column list.
 ///
-/// Errors, all before any work: 42809 not an ordinary or partitioned table (a view, materialized
+/// `prompt` names the model's prompt to embed with (`passage`, ...; NULL: its default prompt).
+/// The model and prompt are recorded for the column (`tributary.column_models`, when the caller
+/// may UPDATE it): a later call or job with another model or prompt is an error (22023), and
+/// `tributary_embed_for(tbl, target, query)` embeds queries with that model. Texts longer than
+/// the window are truncated and counted: one WARNING with the count (`tributary.truncation =
+/// warning`, the default), none (`truncate`), or 22001 at the first (`error`).
+///
+/// Errors, all before any work: 42704 unknown prompt; 22023 column filled by another model;
+/// 42809 not an ordinary or partitioned table (a view, materialized
 /// view or foreign table); 22023 bad batch_size or empty columns; 42703 unknown column;
 /// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
 /// unknown model. Privileges are the caller's (SELECT on the columns, UPDATE on the target).
@@ -45,6 +53,7 @@ fn tributary_embed_column(
     children: default!(Option<i32>, 0),
     time_columns: default!(Option<Vec<String>>, "NULL"),
     as_of: default!(Option<pgrx::datum::TimestampWithTimeZone>, "NULL"),
+    prompt: default!(Option<&str>, "NULL"),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         raise(TributaryError::NullArgument("tbl, columns and target"));
@@ -105,6 +114,7 @@ fn tributary_embed_column(
         &columns,
         &target.0,
         model,
+        prompt,
         batch_size,
         whole_row.then_some(row_options),
     )

@@ -6,27 +6,34 @@ use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::vector::Vector;
 use crate::service::embed::{check_count, embed_nullable, embed_text, token_ids};
 
-/// `tributary_embed(text [, model]) → vector`: the embedding of one text, `[dim]` f32 with unit
-/// L2 norm, truncated to the model's max length (tokens). NULL text gives NULL; `''` gives the
-/// embedding of the empty input (`[CLS] [SEP]`).
+/// `tributary_embed(text [, model, prompt]) → vector`: the embedding of one text, `[dim]` f32
+/// with unit L2 norm. NULL text gives NULL; `''` gives the embedding of the empty input
+/// (`[CLS] [SEP]`). `prompt` names one of the model's prompts (`query`, `passage`, ... as
+/// `tributary_info()` lists them), whose text is put before the text, as sentence-transformers
+/// does; NULL means the model's default prompt, if it has one. A text longer than the window
+/// (`max_length` tokens, prompt included) is truncated to it, with a WARNING or error 22001 as
+/// `tributary.truncation` says.
 ///
 /// PostgreSQL evaluates it wherever the executor needs the value (per row of a sequential scan
 /// in `ORDER BY embedding <=> tributary_embed('query')`), so the backend keeps its last 32
 /// results (texts up to 8 kB) and the model runs once per distinct text and settings.
 ///
-/// Errors: 42704 unknown model; 58P01 missing ONNX Runtime library or model file (HINT names
-/// the setting); 38000 ONNX Runtime failure (its message in the error).
+/// Errors: 42704 unknown model or prompt; 22001 truncation under `tributary.truncation =
+/// error`; 58P01 missing ONNX Runtime library or model file (HINT names the setting); 38000
+/// ONNX Runtime failure (its message in the error).
 #[pg_extern(name = "tributary_embed", stable, parallel_unsafe)]
 fn tributary_embed_text(
     text: Option<&str>,
     model: default!(Option<&str>, "NULL"),
+    prompt: default!(Option<&str>, "NULL"),
 ) -> Option<Vector> {
     let text = text?;
-    Some(embed_text(text, model).or_raise())
+    Some(embed_text(text, model, prompt).or_raise())
 }
 
-/// `tributary_embed(text[] [, model]) → vector[]`: one batched call, order preserved, NULL
-/// elements give NULL elements. Inputs are length-sorted and cut by
+/// `tributary_embed(text[] [, model, prompt]) → vector[]`: one batched call, order preserved,
+/// NULL elements give NULL elements; `prompt` and truncation as for one text (one WARNING
+/// with the count of truncated texts). Inputs are length-sorted and cut by
 /// `tributary.max_batch_tokens`; a cancel stops it between two ONNX Runtime runs.
 ///
 /// VOLATILE on purpose, unlike `tributary_embed(text)`: the planner evaluates stable functions
@@ -40,6 +47,7 @@ fn tributary_embed_text(
 fn tributary_embed_array(
     texts: Option<Array<&str>>,
     model: default!(Option<&str>, "NULL"),
+    prompt: default!(Option<&str>, "NULL"),
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<Vec<Option<Vector>>> {
     let texts = texts?;
@@ -48,7 +56,7 @@ fn tributary_embed_array(
     check_count(texts.len()).or_raise();
     check_shape(fcinfo).or_raise();
     let texts: Vec<Option<&str>> = texts.iter().collect();
-    Some(embed_nullable(&texts, model).or_raise())
+    Some(embed_nullable(&texts, model, prompt).or_raise())
 }
 
 /// 2202E unless argument 0 of `fcinfo` (a non-NULL array) is one-dimensional with subscripts

@@ -4,27 +4,43 @@ use std::path::Path;
 
 use pgrx::prelude::*;
 
-use crate::engine::{Manifest, ManifestError};
+use crate::engine::{ManifestError, ModelSpec};
 use crate::pg::catalog;
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::gucs;
 
-/// `tributary_register_model(name, path [, precision]) → void`: registers (or re-registers) the
-/// prepared model in directory `path` (absolute, or relative to `tributary.model_path`), reading
-/// its dimension, pooling, max length and files from `path/tributary.json`. `precision` picks
-/// the graph: `fp32`, `fp16` (for GPUs) or `int8` (dynamically quantized, for CPUs: about 1.5x the
-/// fp32 rows/s at mean cosine 0.994 on AVX2, see BENCHMARKS.md). Superuser only, since it names
-/// files the server will load.
+/// `tributary_register_model(name, path [, precision, prompts]) → void`: registers (or
+/// re-registers) the model in directory `path` (absolute, or relative to
+/// `tributary.model_path`). Two layouts are read:
+/// - tributary's exports (`ort/scripts/export_model.py`): `tributary.json` gives the dimension,
+///   pooling (inside the graph), max length and files;
+/// - standard exports (Hugging Face Optimum, sentence-transformers' ONNX backend): `modules.json`,
+///   `1_Pooling/config.json` (mean, CLS or last-token pooling, done by tributary),
+///   `sentence_bert_config.json` (max_seq_length), `config_sentence_transformers.json` (prompts,
+///   default prompt), `tokenizer.json` and `onnx/model.onnx`; the graph's input names and types
+///   (int64 or int32) are read when a session loads it.
 ///
-/// Errors: 42501 not a superuser; 58P01 no tributary.json or model file; 22P02 unreadable
-/// tributary.json; 22023 unknown precision.
+/// `precision` picks the graph: `fp32`, `fp16` (for GPUs) or `int8` (dynamically quantized, for
+/// CPUs: about 1.5x the fp32 rows/s at mean cosine 0.994 on AVX2, see BENCHMARKS.md).
+/// `prompts`, a JSON object of prompt name to text (`{"query": "query: "}`), adds to or replaces
+/// the directory's prompts. Superuser only, since it names files the server will load.
+///
+/// Errors: 42501 not a superuser; 58P01 no tributary.json/modules.json or model file; 22P02 an
+/// unreadable description file; 0A000 a graph for `precision` the directory lacks, or a
+/// description tributary cannot run (max pooling, a Dense module, ...); 22023 prompts not an
+/// object of strings.
 #[pg_extern(volatile, parallel_unsafe)]
-fn tributary_register_model(name: &str, path: &str, precision: default!(&str, "'fp32'")) {
-    register(name, path, precision).or_raise();
+fn tributary_register_model(
+    name: &str,
+    path: &str,
+    precision: default!(&str, "'fp32'"),
+    prompts: default!(Option<pgrx::JsonB>, "NULL"),
+) {
+    register(name, path, precision, prompts).or_raise();
     catalog::clear_sessions();
 }
 
-fn register(name: &str, path: &str, precision: &str) -> Result<()> {
+fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB>) -> Result<()> {
     if !unsafe { pg_sys::superuser() } {
         return Err(TributaryError::Privilege(
             "permission denied to register a model".into(),
@@ -35,18 +51,17 @@ fn register(name: &str, path: &str, precision: &str) -> Result<()> {
     } else {
         gucs::model_path().join(path)
     };
-    let meta = Manifest::from_dir(&dir).map_err(metadata_error)?;
-    let onnx = meta
-        .graph(precision)
-        .ok_or_else(|| TributaryError::InvalidArgument {
-            message: format!("model in \"{}\" has no {precision} graph", dir.display()),
-            hint: Some(format!(
-                "Its tributary.json lists: {}.",
-                meta.graphs().join(", ")
-            )),
-        })?;
-    let tokenizer = meta.tokenizer();
-    for f in [onnx, tokenizer] {
+    let mut spec = ModelSpec::from_dir(&dir, precision, None).map_err(metadata_error)?;
+    if let Some(pgrx::JsonB(extra)) = prompts {
+        let bad = || TributaryError::InvalidArgument {
+            message: "prompts must be a JSON object of prompt name to text".into(),
+            hint: Some(r#"For example: prompts => '{"query": "query: ", "passage": "passage: "}'"#.into()),
+        };
+        for (k, v) in extra.as_object().ok_or_else(bad)? {
+            spec.prompts.insert(k.clone(), v.as_str().ok_or_else(bad)?.to_owned());
+        }
+    }
+    for f in [&spec.graph, &spec.tokenizer] {
         if !dir.join(f).is_file() {
             return Err(crate::engine::Error::ModelFile {
                 path: dir.join(f),
@@ -55,33 +70,48 @@ fn register(name: &str, path: &str, precision: &str) -> Result<()> {
             .into());
         }
     }
+    let prompts = serde_json::to_string(&spec.prompts)
+        .map_err(|e| TributaryError::Internal(e.to_string()))?;
     Spi::run_with_args(
-        "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+        "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256, \
+                                            layout, normalize, prompts, default_prompt) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13) \
          ON CONFLICT (name) DO UPDATE SET path = EXCLUDED.path, onnx_file = EXCLUDED.onnx_file, \
            tokenizer_file = EXCLUDED.tokenizer_file, dimension = EXCLUDED.dimension, max_length = EXCLUDED.max_length, \
-           pooling = EXCLUDED.pooling, precision = EXCLUDED.precision, sha256 = EXCLUDED.sha256, registered_at = now()",
+           pooling = EXCLUDED.pooling, precision = EXCLUDED.precision, sha256 = EXCLUDED.sha256, \
+           layout = EXCLUDED.layout, normalize = EXCLUDED.normalize, prompts = EXCLUDED.prompts, \
+           default_prompt = EXCLUDED.default_prompt, registered_at = now()",
         &[
             name.into(),
             path.into(),
-            onnx.into(),
-            tokenizer.into(),
-            (meta.dimension as i32).into(),
-            (meta.max_length as i32).into(),
-            meta.pooling.as_str().into(),
+            spec.graph.as_str().into(),
+            spec.tokenizer.as_str().into(),
+            (spec.dimension as i32).into(),
+            (spec.max_length as i32).into(),
+            spec.pooling.as_str().into(),
             precision.into(),
-            meta.sha256(onnx).into(),
+            spec.sha256.as_deref().into(),
+            spec.layout.as_str().into(),
+            spec.normalize.into(),
+            prompts.as_str().into(),
+            spec.default_prompt.as_deref().into(),
         ],
     )
     .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
     Ok(())
 }
 
-/// A model directory's tributary.json that cannot be read (58P01) or parsed (22P02).
+/// A model directory's description that cannot be read (58P01), parsed (22P02) or run (0A000).
 fn metadata_error(e: ManifestError) -> TributaryError {
     let (path, reason, missing) = match e {
         ManifestError::Read { path, reason } => (path, reason, true),
         ManifestError::Parse { path, reason } => (path, reason, false),
+        ManifestError::Unsupported { path, reason } => {
+            return TributaryError::UnsupportedModel {
+                path: path.display().to_string(),
+                reason,
+            }
+        }
     };
     TributaryError::ModelMetadata {
         path: path.display().to_string(),
@@ -115,7 +145,9 @@ fn tributary_drop_model(name: &str) {
 /// `tributary_info([model]) → table`: loads `model` (default `tributary.model`) in this backend
 /// if it is not loaded yet, and shows what actually runs: the execution provider in use (and
 /// why `auto` fell back to CPU), the model's dimension, max length (tokens) and pooling, the
-/// ONNX Runtime version and library, and the files.
+/// ONNX Runtime version and library, the files, the layout (`tributary` or
+/// `sentence-transformers`: pooled inside the graph or by tributary), whether embeddings are
+/// normalised, and the prompts (name to text) with the default prompt.
 ///
 /// Errors: as `tributary_embed`.
 #[pg_extern(stable, parallel_unsafe)]
@@ -136,6 +168,10 @@ fn tributary_info(
         name!(ort_version, String),
         name!(ort_library, String),
         name!(model_file, String),
+        name!(layout, String),
+        name!(normalize, bool),
+        name!(prompts, pgrx::JsonB),
+        name!(default_prompt, Option<String>),
     ),
 > {
     let row = catalog::model(model).or_raise();
@@ -161,6 +197,10 @@ fn tributary_info(
         rt.version.clone(),
         rt.library.display().to_string(),
         model_file,
+        row.layout.clone(),
+        row.normalize,
+        pgrx::JsonB(serde_json::to_value(&row.prompts).unwrap_or_default()),
+        row.default_prompt.clone(),
     ))
 }
 

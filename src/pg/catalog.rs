@@ -12,7 +12,7 @@ use pgrx::prelude::*;
 use super::error::{Result, TributaryError};
 use super::{gpu, gucs};
 use crate::engine::tokenize::TextTokenizer;
-use crate::engine::{self, Embedder, EmbedderConfig, Manifest, ProviderChoice};
+use crate::engine::{self, Embedder, EmbedderConfig, Manifest, Pooling, ProviderChoice};
 
 /// One row of `tributary.models`.
 #[derive(Debug, Clone)]
@@ -26,6 +26,14 @@ pub struct ModelRow {
     pub max_length: usize,
     pub pooling: String,
     pub precision: String,
+    /// `tributary` (pooling inside the graph) or `sentence-transformers` (pooled here).
+    pub layout: String,
+    /// L2-normalise after pooling (standard exports; tributary's graphs always normalise).
+    pub normalize: bool,
+    /// Prompt name -> text put before each input.
+    pub prompts: std::collections::BTreeMap<String, String>,
+    /// The prompt used when none is named, if any.
+    pub default_prompt: Option<String>,
 }
 
 impl ModelRow {
@@ -54,6 +62,28 @@ impl ModelRow {
             gpu_memory_limit_mb: gucs::gpu_memory_limit_mb(),
             tensorrt_cache_dir: Some(gucs::tensorrt_cache_path()),
             io_binding: gucs::io_binding(),
+            pooling: (self.layout != "tributary")
+                .then(|| Pooling::parse(&self.pooling))
+                .flatten(),
+            normalize: self.normalize,
+        }
+    }
+
+    /// The prompt to put before each text: `name`'s, else the model's default prompt's, else
+    /// none. Returns (the prompt's name or None, its text).
+    ///
+    /// Errors: 42704 a name the model has no prompt for (HINT lists its prompts).
+    pub fn prompt(&self, name: Option<&str>) -> Result<(Option<String>, String)> {
+        let Some(name) = name.map(str::to_owned).or_else(|| self.default_prompt.clone()) else {
+            return Ok((None, String::new()));
+        };
+        match self.prompts.get(&name) {
+            Some(text) => Ok((Some(name), text.clone())),
+            None => Err(TributaryError::UnknownPrompt {
+                model: self.name.clone(),
+                prompt: name,
+                known: self.prompts.keys().cloned().collect(),
+            }),
         }
     }
 
@@ -61,7 +91,7 @@ impl ModelRow {
     /// and that file exists; the GPU runs it instead when `tributary.gpu_fp16` is on. `None` too
     /// when tributary.json cannot be read now (the row was registered from a readable one).
     pub fn fp16_file(&self) -> Option<PathBuf> {
-        if self.precision != "fp32" {
+        if self.precision != "fp32" || self.layout != "tributary" {
             return None;
         }
         let dir = self.dir();
@@ -85,7 +115,8 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
     };
     let row = Spi::connect(|client| {
         let table = client.select(
-            "SELECT path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision \
+            "SELECT path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, \
+                    layout, normalize, prompts::text, default_prompt \
              FROM tributary.models WHERE name = $1",
             Some(1),
             &[name.as_str().into()],
@@ -103,6 +134,11 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
             max_length: r.get::<i32>(5)?.unwrap_or(0) as usize,
             pooling: r.get::<String>(6)?.unwrap_or_default(),
             precision: r.get::<String>(7)?.unwrap_or_default(),
+            layout: r.get::<String>(8)?.unwrap_or_default(),
+            normalize: r.get::<bool>(9)?.unwrap_or(true),
+            prompts: serde_json::from_str(&r.get::<String>(10)?.unwrap_or_default())
+                .unwrap_or_default(),
+            default_prompt: r.get::<String>(11)?,
         }))
     })
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))?;

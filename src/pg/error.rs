@@ -16,6 +16,36 @@ pub enum TributaryError {
     #[error("model \"{0}\" does not exist")]
     UnknownModel(String),
 
+    /// 42704: a prompt name the model has no prompt for.
+    #[error("model \"{model}\" has no prompt \"{prompt}\"")]
+    UnknownPrompt {
+        model: String,
+        prompt: String,
+        known: Vec<String>,
+    },
+
+    /// 22001 (string data right truncation): a text longer than the model's window while
+    /// `tributary.truncation = error`.
+    #[error("{count} text(s) longer than model \"{model}\"'s window of {max_length} tokens")]
+    Truncated {
+        model: String,
+        max_length: usize,
+        count: usize,
+        detail: String,
+    },
+
+    /// 22023: a column filled by one model (and prompt) asked to take another's vectors.
+    #[error("column {column} holds embeddings of model \"{bound}\", not of \"{asked}\"")]
+    ColumnModel {
+        column: String,
+        bound: String,
+        asked: String,
+    },
+
+    /// 0A000: a well-formed model directory describing something tributary does not run.
+    #[error("model in \"{path}\" is not supported: {reason}")]
+    UnsupportedModel { path: String, reason: String },
+
     /// 22000, worded as pgvector words its dimension errors.
     #[error("expected {expected} dimensions, not {actual}")]
     Dimension {
@@ -131,6 +161,30 @@ impl From<TributaryError> for ErrorReport {
                 None,
                 Some("Registered models are listed in tributary.models; see tributary_register_model()."),
             ),
+            T::UnknownPrompt { known, .. } => report(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                None,
+                Some(&if known.is_empty() {
+                    "The model has no prompts; leave prompt NULL, or register it with prompts => '{\"query\": \"query: \"}'.".to_string()
+                } else {
+                    format!("Its prompts: {} (tributary_info() shows them).", known.join(", "))
+                }),
+            ),
+            T::Truncated { detail, .. } => report(
+                PgSqlErrorCode::ERRCODE_STRING_DATA_RIGHT_TRUNCATION,
+                Some(detail.clone()),
+                Some("Split long texts with tributary_chunk(), or SET tributary.truncation = 'warning' (or 'truncate') to embed their first window."),
+            ),
+            T::ColumnModel { bound, .. } => report(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                Some("Vectors of different models (or prompts) in one column cannot be compared; tributary.column_models records which model filled each column.".into()),
+                Some(&format!("Use model => '{bound}' (tributary_embed_for() picks it for queries), or empty the column and call tributary_forget_column() first.")),
+            ),
+            T::UnsupportedModel { .. } => report(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                None,
+                Some("tributary runs a Transformer, then mean, CLS or last-token pooling, then optional normalisation; export other models with ort/scripts/export_model.py."),
+            ),
             T::Dimension { detail, .. } => report(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, Some(detail.clone()), None),
             T::InvalidArgument { hint, .. } => {
                 report(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, None, hint.as_deref())
@@ -173,7 +227,7 @@ impl From<TributaryError> for ErrorReport {
             T::ModelMetadata { reason, missing, .. } => report(
                 if *missing { PgSqlErrorCode::ERRCODE_UNDEFINED_FILE } else { PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION },
                 Some(reason.clone()),
-                Some("A model directory is written by ort/scripts/export_model.py and holds tributary.json."),
+                Some("A model directory holds tributary.json (written by ort/scripts/export_model.py) or a sentence-transformers export (modules.json, 1_Pooling/config.json, tokenizer.json, onnx/model.onnx)."),
             ),
         }
     }

@@ -40,6 +40,24 @@ pub enum GpuOverflow {
     Error,
 }
 
+/// `tributary.truncation`: what happens to a text longer than the model's window (its tokens,
+/// prompt and special tokens included, past `max_length`).
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Truncation {
+    /// Embed its first window, say nothing (the counts still show in jobs and sessions).
+    #[name = c"truncate"]
+    Truncate,
+    /// Embed its first window and raise a WARNING with the count (one per call).
+    #[name = c"warning"]
+    Warning,
+    /// Raise 22001 string_data_right_truncation; nothing is written.
+    #[name = c"error"]
+    Error,
+}
+
+static TRUNCATION: GucSetting<Truncation> =
+    GucSetting::<Truncation>::new(Truncation::Warning);
+
 /// Default model name; must be in `tributary.models`.
 static MODEL: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"all-MiniLM-L6-v2"));
@@ -280,6 +298,14 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_enum_guc(
+        c"tributary.truncation",
+        c"A text longer than the model's window: truncate, warning (truncate and warn), or error (22001).",
+        c"Jobs read the server's value. tributary_chunk() splits long texts into chunks that fit.",
+        &TRUNCATION,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     unsafe { pg_sys::MarkGUCPrefixReserved(c"tributary".as_ptr()) };
 }
 
@@ -360,6 +386,11 @@ pub fn gpu_fp16() -> bool {
 pub fn max_gpu_sessions() -> Option<usize> {
     let v = MAX_GPU_SESSIONS.get();
     (v >= 0).then_some(v as usize)
+}
+
+/// `tributary.truncation`.
+pub fn truncation() -> Truncation {
+    TRUNCATION.get()
 }
 
 pub fn gpu_overflow() -> GpuOverflow {

@@ -11,7 +11,7 @@ use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{spi_error, Result, TributaryError};
 use crate::pg::gucs;
 use crate::pg::vector::VectorType;
-use crate::service::embed::release_memory;
+use crate::service::embed::{apply_truncation, release_memory};
 use crate::service::rows::RowOptions;
 use crate::service::vectors::RowsToVectors;
 
@@ -29,11 +29,14 @@ pub(crate) fn embed_column(
     columns: &[String],
     target: &str,
     model: Option<&str>,
+    prompt: Option<&str>,
     batch_size: i32,
     row_options: Option<RowOptions>,
 ) -> Result<i64> {
     let model = catalog::model(model)?;
     let plan = Plan::new(tbl, columns, target, &model, row_options.is_some())?;
+    let (prompt_name, _) = model.prompt(prompt)?;
+    bind_column(tbl, target, &model, prompt_name.as_deref())?;
     let row_options = row_options.map(|mut o| {
         o.exclude.push(target.to_owned());
         o
@@ -43,6 +46,7 @@ pub(crate) fn embed_column(
         row_options: row_options.as_ref(),
         model: &model,
         target: plan.target,
+        prompt: prompt_name.as_deref(),
     };
     let total: i64 = Spi::get_one(&plan.count_sql)
         .map_err(spi_error)?
@@ -52,6 +56,7 @@ pub(crate) fn embed_column(
     let mut last_report = Instant::now();
     let mut done: i64 = 0; // rows written
     let mut embedded: i64 = 0; // rows read and embedded
+    let mut truncated: usize = 0; // of those, texts longer than the window
 
     // The cursor outlives the per-batch SPI connections below, so that each batch's tuples,
     // texts and vector datums are freed when its connection finishes: memory stays flat
@@ -62,7 +67,7 @@ pub(crate) fn embed_column(
     });
     loop {
         pgrx::check_for_interrupts!();
-        let (read, written) = Spi::connect_mut(|client| -> Result<(i64, i64)> {
+        let (read, written, cut) = Spi::connect_mut(|client| -> Result<(i64, i64, usize)> {
             let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
             // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
             let rows = cursor
@@ -89,7 +94,7 @@ pub(crate) fn embed_column(
             }
             if tids.is_empty() {
                 // Dropping the found cursor closes it.
-                return Ok((0, 0));
+                return Ok((0, 0, 0));
             }
             std::mem::forget(cursor);
             let vectors = rows_to_vectors.run(raw)?;
@@ -106,8 +111,9 @@ pub(crate) fn embed_column(
                 )
                 .map_err(spi_error)?
                 .len() as i64;
-            Ok((read, written))
+            Ok((read, written, vectors.truncated))
         })?;
+        truncated += cut;
         if read == 0 {
             break;
         }
@@ -123,7 +129,43 @@ pub(crate) fn embed_column(
         }
     }
     release_memory(embedded as usize);
+    apply_truncation(&model, truncated, embedded as usize, String::new)?;
     Ok(done)
+}
+
+/// Records that `model` (with the prompt named `prompt`) fills column `target` of `tbl`, or
+/// checks it against the model recorded (`tributary._bind_column`, sql/columns.sql: 22023 when
+/// another model or prompt filled it). Only a caller that may UPDATE the column records
+/// anything (the call would fail later otherwise; a caller without the right must not bind
+/// another role's column to a model); the record is written as the extension's owner.
+fn bind_column(
+    tbl: pg_sys::Oid,
+    target: &str,
+    model: &ModelRow,
+    prompt: Option<&str>,
+) -> Result<()> {
+    let may_update = Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.has_column_privilege($1, $2::pg_catalog.text, 'UPDATE')",
+        &[tbl.into(), target.into()],
+    )
+    .map_err(spi_error)?
+    .unwrap_or(false);
+    if !may_update {
+        return Ok(());
+    }
+    crate::pg::roles::as_role(crate::pg::roles::extension_owner(), || {
+        Spi::get_one_with_args::<bool>(
+            "SELECT tributary._bind_column($1::pg_catalog.regclass, $2::pg_catalog.name, $3, $4, 'tributary_embed_column')",
+            &[
+                tbl.into(),
+                target.into(),
+                model.name.as_str().into(),
+                prompt.into(),
+            ],
+        )
+    })
+    .map_err(spi_error)?;
+    Ok(())
 }
 
 /// The three statements of one call, with identifiers quoted.

@@ -15,7 +15,7 @@ use crate::pg::vector::Vector;
 /// Errors: 54000 more than `tributary.max_texts_per_call` texts (checked first); 53200 when the
 /// `[texts, dim]` output cannot be allocated; the model's errors.
 pub(crate) fn embed(texts: &[&str], model: Option<&str>) -> Result<Embeddings> {
-    embed_with(&catalog::model(model)?, texts)
+    embed_with(&catalog::model(model)?, texts, None)
 }
 
 /// 54000 when `count` texts are more than one call may embed (`tributary.max_texts_per_call`).
@@ -27,14 +27,69 @@ pub(crate) fn check_count(count: usize) -> Result<()> {
     Ok(())
 }
 
-/// [`embed`] with the catalog row already read; checks the count before any work.
-fn embed_with(model: &ModelRow, texts: &[&str]) -> Result<Embeddings> {
+/// [`embed`] with the catalog row already read and the prompt named `prompt` (or the model's
+/// default prompt) put before each text; checks the count before any work. Texts longer than
+/// the window are listed in [`Embeddings::truncated`]; `tributary.truncation` is not applied
+/// here (see [`apply_truncation`]).
+///
+/// Errors: 42704 unknown prompt; those of [`embed`].
+pub(crate) fn embed_with(
+    model: &ModelRow,
+    texts: &[&str],
+    prompt: Option<&str>,
+) -> Result<Embeddings> {
     check_count(texts.len())?;
+    let (_, prefix) = model.prompt(prompt)?;
     let emb = catalog::with_embedder(model, |e| {
-        e.embed(texts, gucs::max_batch_tokens(), &mut || {
+        e.embed_prompted(texts, &prefix, gucs::max_batch_tokens(), &mut || {
             pgrx::check_for_interrupts!();
         })
     })??;
+    Ok(emb)
+}
+
+/// Applies `tributary.truncation` to `truncated` texts of `total` embedded with `model`:
+/// nothing (`truncate`), one WARNING with the count (`warning`), or 22001 (`error`). `first`
+/// describes the first truncated text for the error's DETAIL.
+pub(crate) fn apply_truncation(
+    model: &ModelRow,
+    truncated: usize,
+    total: usize,
+    first: impl FnOnce() -> String,
+) -> Result<()> {
+    if truncated == 0 {
+        return Ok(());
+    }
+    match gucs::truncation() {
+        gucs::Truncation::Truncate => Ok(()),
+        gucs::Truncation::Warning => {
+            pgrx::warning!(
+                "{truncated} of {total} texts were longer than model \"{}\"'s window of {} tokens and were truncated",
+                model.name,
+                model.max_length
+            );
+            Ok(())
+        }
+        gucs::Truncation::Error => Err(TributaryError::Truncated {
+            model: model.name.clone(),
+            max_length: model.max_length,
+            count: truncated,
+            detail: first(),
+        }),
+    }
+}
+
+/// [`embed_with`], then [`apply_truncation`] naming the first truncated text by its position.
+fn embed_checked(model: &ModelRow, texts: &[&str], prompt: Option<&str>) -> Result<Embeddings> {
+    let emb = embed_with(model, texts, prompt)?;
+    apply_truncation(model, emb.truncated.len(), texts.len(), || {
+        let i = emb.truncated[0];
+        format!(
+            "Text {} ({} characters) is the first one longer than the window.",
+            i + 1,
+            texts[i].chars().count()
+        )
+    })?;
     Ok(emb)
 }
 
@@ -50,21 +105,29 @@ pub(crate) fn release_memory(texts: usize) {
 
 /// One text's embedding (`[dim]` f32) through this backend's memo
 /// ([`catalog::memoized_embedding`]): the model runs once per distinct text and settings.
-pub(crate) fn embed_one(model: &ModelRow, text: &str) -> Result<Vector> {
-    let v = catalog::memoized_embedding(model, text, || {
-        Ok(embed_with(model, &[text])?.row_f32(0).into_owned())
+pub(crate) fn embed_one(model: &ModelRow, text: &str, prompt: Option<&str>) -> Result<Vector> {
+    // The memo's text is the prompt's text, NUL, then the text: unambiguous, since a PostgreSQL
+    // text never holds NUL.
+    let (_, prefix) = model.prompt(prompt)?;
+    let key = format!("{prefix}\0{text}");
+    let v = catalog::memoized_embedding(model, &key, || {
+        Ok(embed_checked(model, &[text], prompt)?.row_f32(0).into_owned())
     })?;
     Ok(Vector(v.as_ref().clone()))
 }
 
 /// [`embed_one`] with the model named `model` (`None`: `tributary.model`).
-pub(crate) fn embed_text(text: &str, model: Option<&str>) -> Result<Vector> {
-    embed_one(&catalog::model(model)?, text)
+pub(crate) fn embed_text(text: &str, model: Option<&str>, prompt: Option<&str>) -> Result<Vector> {
+    embed_one(&catalog::model(model)?, text, prompt)
 }
 
-/// [`embed`] as pgvector `vector`s (`[dim] f32` each).
-pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vector>> {
-    let emb = embed(texts, model)?;
+/// [`embed`] as pgvector `vector`s (`[dim] f32` each), with a prompt and `tributary.truncation`.
+pub(crate) fn embed_texts(
+    texts: &[&str],
+    model: Option<&str>,
+    prompt: Option<&str>,
+) -> Result<Vec<Vector>> {
+    let emb = embed_checked(&catalog::model(model)?, texts, prompt)?;
     Ok((0..emb.rows())
         .map(|i| Vector(emb.row_f32(i).into_owned()))
         .collect())
@@ -75,10 +138,11 @@ pub(crate) fn embed_texts(texts: &[&str], model: Option<&str>) -> Result<Vec<Vec
 pub(crate) fn embed_nullable(
     texts: &[Option<&str>],
     model: Option<&str>,
+    prompt: Option<&str>,
 ) -> Result<Vec<Option<Vector>>> {
     let result: Vec<Option<Vector>> = {
         let present: Vec<&str> = texts.iter().flatten().copied().collect();
-        let mut vectors = embed_texts(&present, model)?.into_iter();
+        let mut vectors = embed_texts(&present, model, prompt)?.into_iter();
         texts
             .iter()
             .map(|t| t.and_then(|_| vectors.next()))

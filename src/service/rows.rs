@@ -434,5 +434,5 @@ pub(crate) fn row_embedding(
 ) -> Result<Vector> {
     let model = catalog::model(model)?;
     let text = row_text(oid, values, opts, &model)?;
-    embed_one(&model, &text)
+    embed_one(&model, &text, None)
 }

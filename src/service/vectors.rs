@@ -12,7 +12,8 @@ use pgrx::pg_sys;
 use crate::pg::catalog::ModelRow;
 use crate::pg::error::Result;
 use crate::pg::vector::{HalfVec, Vector, VectorType};
-use crate::service::embed::embed;
+use crate::pg::gucs;
+use crate::service::embed::{apply_truncation, embed_with};
 use crate::service::rows::{row_text, row_values, RowOptions};
 
 /// How one batch of rows of `table` becomes vectors.
@@ -26,6 +27,8 @@ pub(crate) struct RowsToVectors<'a> {
     /// The target column's type: the datums are of it, so an fp16 graph's output goes into a
     /// halfvec bit for bit (no round trip through f32, no cast in the statement).
     pub target: VectorType,
+    /// The model's prompt to embed with (`None`: its default prompt, if any).
+    pub prompt: Option<&'a str>,
 }
 
 /// A batch's vectors: a `vector[]` or `halfvec[]` datum, one element per text (NULL for NULL).
@@ -33,6 +36,8 @@ pub(crate) struct Vectors {
     pub datum: DatumWithOid<'static>,
     /// Texts embedded (the elements that are not NULL).
     pub embedded: usize,
+    /// Texts longer than the window, truncated to it.
+    pub truncated: usize,
 }
 
 impl RowsToVectors<'_> {
@@ -55,16 +60,29 @@ impl RowsToVectors<'_> {
     }
 
     /// Embeds the texts that are not NULL in one call (sorted and cut into runs by the engine)
-    /// and builds the datum of the target's type.
+    /// and builds the datum of the target's type. Truncated texts are counted; under
+    /// `tributary.truncation = error` the first one is an error (22001), otherwise the caller
+    /// reports the count.
     ///
-    /// Errors: those of [`embed`] (54000, 53200, the model's).
+    /// Errors: those of [`embed_with`] (54000, 53200, 42704 unknown prompt, the model's); 22001.
     pub fn vectors(&self, texts: &[Option<String>]) -> Result<Vectors> {
         let present: Vec<&str> = texts.iter().flatten().map(String::as_str).collect();
         let emb = if present.is_empty() {
             None
         } else {
-            Some(embed(&present, Some(&self.model.name))?)
+            Some(embed_with(self.model, &present, self.prompt)?)
         };
+        let truncated = emb.as_ref().map_or(0, |e| e.truncated.len());
+        if truncated > 0 && gucs::truncation() == gucs::Truncation::Error {
+            let first = emb.as_ref().expect("some truncated").truncated[0];
+            apply_truncation(self.model, truncated, present.len(), || {
+                format!(
+                    "The text of the batch's row {} ({} characters) is longer than the window.",
+                    first + 1,
+                    present[first].chars().count()
+                )
+            })?;
+        }
         let mut next = 0;
         let mut take = |has: bool| {
             let i = next;
@@ -92,6 +110,7 @@ impl RowsToVectors<'_> {
         Ok(Vectors {
             datum,
             embedded: present.len(),
+            truncated,
         })
     }
 

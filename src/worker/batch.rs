@@ -184,6 +184,7 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
         } else {
             VectorType::Vector
         },
+        prompt: None,
     };
     // (key, text, guard): the guard is what the text is made of; the write checks it did not
     // change meanwhile (continuous jobs: a change queued the row again). Rows and their context
@@ -233,10 +234,11 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     // Paused, cancelled or dropped meanwhile: the UPDATE finds no row and the batch is undone.
     let still_running = Spi::connect_mut(|c| {
         c.update(
-            "UPDATE tributary._jobs SET rows_done = rows_done + $2, last_batch_at = now() \
+            "UPDATE tributary._jobs SET rows_done = rows_done + $2, rows_truncated = rows_truncated + $3, \
+                    last_batch_at = now() \
               WHERE id = $1 AND state = 'running' RETURNING id",
             None,
-            &[job.id.into(), n.into()],
+            &[job.id.into(), n.into(), (vectors.truncated as i64).into()],
         )
         .map(|t| t.len())
     })

@@ -24,6 +24,9 @@ pub struct Embeddings {
     /// Tokens including padding (rows * padded width, summed over batches).
     pub padded_tokens: usize,
     pub batches: usize,
+    /// Input positions of the texts longer than the window (`max_length` tokens, prompt and
+    /// special tokens included), which were truncated to it; ascending.
+    pub truncated: Vec<usize>,
 }
 
 impl Embeddings {
@@ -52,6 +55,7 @@ impl Embeddings {
             tokens: 0,
             padded_tokens: 0,
             batches: 0,
+            truncated: Vec::new(),
         })
     }
 

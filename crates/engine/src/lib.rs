@@ -6,6 +6,7 @@ pub mod batch;
 pub mod binding;
 pub mod embeddings;
 pub mod error;
+pub mod interface;
 pub mod manifest;
 pub mod model;
 pub mod rowtext;
@@ -14,7 +15,8 @@ pub mod signals;
 pub mod tokenize;
 
 pub use error::{Error, Result};
-pub use manifest::{Manifest, ManifestError};
+pub use interface::Pooling;
+pub use manifest::{Layout, Manifest, ManifestError, ModelSpec};
 pub use model::{
     Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Values,
 };

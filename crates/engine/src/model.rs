@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 use half::f16;
 use ort::ep::ExecutionProvider;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::{Session, SessionOutputs};
-use ort::value::TensorElementType;
-use ort::value::TensorRef;
+use ort::session::Session;
+use ort::value::{Tensor, TensorRef};
 
 use super::batch;
 use super::binding::{Bound, HostMemory};
 use super::error::{Error, Result};
+use super::interface::{pool, InputRole, IntType, Interface, Pooling, F16};
 use super::tokenize::{TextTokenizer, Tokens};
 
 pub use super::embeddings::{Embeddings, Values};
@@ -81,6 +81,11 @@ pub struct EmbedderConfig {
     pub tensorrt_cache_dir: Option<PathBuf>,
     /// Run through an IoBinding with reused host buffers (falls back to plain runs if binding fails).
     pub io_binding: bool,
+    /// `None`: the graph pools (tributary's exports, `[batch, dim]` output). `Some`: the graph
+    /// returns token embeddings (a standard export) and they are pooled here.
+    pub pooling: Option<Pooling>,
+    /// L2-normalise after pooling here (sentence-transformers' `Normalize` module).
+    pub normalize: bool,
 }
 
 impl EmbedderConfig {
@@ -104,6 +109,8 @@ impl EmbedderConfig {
             gpu_memory_limit_mb: 0,
             tensorrt_cache_dir: None,
             io_binding: true,
+            pooling: None,
+            normalize: false,
         }
     }
 }
@@ -121,13 +128,17 @@ pub struct Stats {
     pub run_time: Duration,
     /// Time the calling thread waited for tokenization (the part not hidden behind ORT runs).
     pub tokenize_wait: Duration,
+    /// Texts longer than the window (`max_length` tokens), cut to it.
+    pub truncated: u64,
 }
 
 /// An ONNX Runtime session for one embedding model with its tokenizer.
 ///
-/// The model takes `input_ids`, `attention_mask` as `[batch, seq] int32` and returns
-/// `[batch, dimension]` f32 or f16 (pooling and L2 normalisation are inside the graph; see
-/// `ort/scripts/export_model.py`).
+/// The graph's inputs and output are read from the session ([`Interface`]): tributary's exports
+/// take `input_ids`, `attention_mask` as `[batch, seq] int32` and return `[batch, dimension]` f32
+/// or f16 (pooling and L2 normalisation inside the graph; see `ort/scripts/export_model.py`);
+/// standard exports take int64 inputs (and `token_type_ids`) and return `[batch, seq, dimension]`
+/// token embeddings, pooled here.
 pub struct Embedder {
     session: Session,
     tokenizer: TextTokenizer,
@@ -136,8 +147,7 @@ pub struct Embedder {
     provider_note: String,
     /// The graph file the session loaded (`model_file`, or `gpu_model_file` on a GPU).
     loaded_file: PathBuf,
-    f16_output: bool,
-    input_names: [String; 2],
+    interface: Interface,
     binding: Option<Bound>,
     binding_note: String,
     stats: Stats,
@@ -204,30 +214,13 @@ impl Embedder {
                 }
             },
         };
-        let output = session
-            .outputs()
-            .first()
-            .ok_or_else(|| Error::ModelMismatch("the model has no output".into()))?;
-        let f16_output = match output.dtype().tensor_type() {
-            Some(TensorElementType::Float32) => false,
-            Some(TensorElementType::Float16) => true,
-            other => {
-                return Err(Error::ModelMismatch(format!(
-                    "output \"{}\" is {other:?}, expected float32 or float16",
-                    output.name()
-                )))
-            }
-        };
-        let output_name = output.name().to_owned();
-        let inputs = session.inputs();
-        if inputs.len() != 2 {
-            return Err(Error::ModelMismatch(format!(
-                "expected 2 inputs (input_ids, attention_mask), the model has {}",
-                inputs.len()
-            )));
-        }
-        let input_names = [inputs[0].name().to_owned(), inputs[1].name().to_owned()];
-        let (binding, binding_note) = if config.io_binding {
+        let interface = Interface::read(&session, config.pooling, config.normalize)?;
+        let (binding, binding_note) = if !interface.is_native() {
+            (
+                None,
+                "io binding is for tributary's exports; plain runs for this graph".to_owned(),
+            )
+        } else if config.io_binding {
             let memory = if provider.is_gpu() {
                 HostMemory::Pinned {
                     device: config.gpu_device,
@@ -235,7 +228,7 @@ impl Embedder {
             } else {
                 HostMemory::Cpu
             };
-            match Bound::new(&session, memory, &output_name, 4096) {
+            match Bound::new(&session, memory, &interface.output, 4096) {
                 Ok(b) => (Some(b), String::new()),
                 Err(e) => (None, format!("io binding unavailable, plain runs: {e}")),
             }
@@ -249,8 +242,7 @@ impl Embedder {
             provider,
             provider_note,
             loaded_file,
-            f16_output,
-            input_names,
+            interface,
             binding,
             binding_note,
             stats: Stats::default(),
@@ -354,14 +346,31 @@ impl Embedder {
         max_batch_tokens: usize,
         between_batches: &mut dyn FnMut(),
     ) -> Result<Embeddings> {
+        self.embed_prompted(texts, "", max_batch_tokens, between_batches)
+    }
+
+    /// [`Embedder::embed`] with `prefix` (a prompt such as `query: `) put before every text:
+    /// its tokens count in the window and in the batch budget, as sentence-transformers'
+    /// `prompt` does. Texts whose tokens (prefix included) pass `max_length` are truncated and
+    /// listed in [`Embeddings::truncated`].
+    pub fn embed_prompted(
+        &mut self,
+        texts: &[&str],
+        prefix: &str,
+        max_batch_tokens: usize,
+        between_batches: &mut dyn FnMut(),
+    ) -> Result<Embeddings> {
         let dim = self.config.dimension;
-        let mut out = Embeddings::zeroed(dim, texts.len(), self.f16_output)?;
+        let mut out = Embeddings::zeroed(dim, texts.len(), self.f16_output())?;
         if texts.is_empty() {
             return Ok(out);
         }
         let gpu = self.provider.is_gpu();
         let max_bytes = self.tokenizer.max_bytes();
-        let bytes: Vec<usize> = texts.iter().map(|t| t.len().min(max_bytes)).collect();
+        let bytes: Vec<usize> = texts
+            .iter()
+            .map(|t| t.len().min(max_bytes) + prefix.len())
+            .collect();
         let windows = batch::windows(
             &bytes,
             self.config.max_length,
@@ -375,13 +384,16 @@ impl Embedder {
             stats,
             ids,
             mask,
-            input_names,
+            interface,
             ..
         } = self;
+        let interface: &Interface = interface;
         let tokenizer: &TextTokenizer = tokenizer;
         let pad = tokenizer.pad_id();
-        let encode =
-            |w: &[usize]| tokenizer.encode(&w.iter().map(|&i| texts[i]).collect::<Vec<_>>());
+        let encode = |w: &[usize]| {
+            tokenizer.encode_prompted(&w.iter().map(|&i| texts[i]).collect::<Vec<_>>(), prefix)
+        };
+        let mut truncated = Vec::new();
         std::thread::scope(|scope| -> Result<()> {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Tokens>>>(1);
             if windows.len() > 1 {
@@ -408,6 +420,13 @@ impl Embedder {
                         .map_err(|_| Error::Tokenizer("the tokenizer thread stopped".into()))??
                 };
                 stats.tokenize_wait += waited.elapsed();
+                truncated.extend(
+                    tokens
+                        .iter()
+                        .zip(window)
+                        .filter(|(t, _)| t.truncated)
+                        .map(|(_, &i)| i),
+                );
                 let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
                 // On a GPU a run's fixed cost (kernel launches, copies) dwarfs a padded token's, so
                 // batches are filled to the budget there (not measured yet: no GPU so far).
@@ -433,17 +452,11 @@ impl Embedder {
                     // Input position -> where its vector goes in `out`.
                     let dest: Vec<usize> = rows.iter().map(|&i| window[i]).collect();
                     let started = Instant::now();
-                    let bound = match binding.as_mut() {
-                        Some(bound) => {
-                            let names = [input_names[0].as_str(), input_names[1].as_str()];
-                            Some(
-                                bound
-                                    .run(session, names, n, seq, fill)
-                                    .and_then(|o| scatter(&o, n, dim, &dest, &mut out)),
-                            )
-                        }
-                        None => None,
-                    };
+                    let bound = binding.as_mut().map(|bound| {
+                        bound
+                            .run(session, interface.ids_and_mask(), n, seq, fill)
+                            .and_then(|o| scatter(&o[0], n, dim, &dest, &mut out))
+                    });
                     match bound {
                         Some(Ok(())) => {}
                         other => {
@@ -455,11 +468,15 @@ impl Embedder {
                             ids.resize(n * seq, 0);
                             mask.resize(n * seq, 0);
                             fill_batch(&tokens, &rows, seq, pad, ids, mask);
-                            let shape = [n as i64, seq as i64];
-                            let ids_t = TensorRef::from_array_view((shape, &ids[..]))?;
-                            let mask_t = TensorRef::from_array_view((shape, &mask[..]))?;
-                            let outputs = session.run(ort::inputs![ids_t, mask_t])?;
-                            scatter(&outputs, n, dim, &dest, &mut out)?;
+                            run_plain(
+                                session,
+                                interface,
+                                [n, seq, dim],
+                                ids,
+                                mask,
+                                &dest,
+                                &mut out,
+                            )?;
                         }
                     }
                     stats.run_time += started.elapsed();
@@ -475,6 +492,9 @@ impl Embedder {
             }
             Ok(())
         })?;
+        truncated.sort_unstable();
+        stats.truncated += truncated.len() as u64;
+        out.truncated = truncated;
         Ok(out)
     }
 
@@ -503,9 +523,15 @@ impl Embedder {
         &self.loaded_file
     }
 
-    /// Whether the model returns f16 embeddings.
+    /// Whether the embeddings are f16 (an fp16 graph that pools inside; pooling done here is
+    /// in f32).
     pub fn f16_output(&self) -> bool {
-        self.f16_output
+        self.interface.f16_output && self.interface.pooling.is_none()
+    }
+
+    /// The graph's inputs and output as read from the session.
+    pub fn interface(&self) -> &Interface {
+        &self.interface
     }
 
     pub fn stats(&self) -> &Stats {
@@ -547,15 +573,92 @@ fn fill_batch(
     }
 }
 
-/// Copies the `[n, dim]` output of one run into `out`, row `k` to row `dest[k]`.
+/// One run without an IoBinding, for any [`Interface`]: each input built from the `[n, seq]`
+/// `ids` and `mask` (`[n, seq, dim]` is `shape`) in the graph's integer type (`token_type_ids`
+/// all 0), then the output copied (pooled in the graph) or pooled here into `out`, row `k` to
+/// row `dest[k]`.
+fn run_plain(
+    session: &mut Session,
+    interface: &Interface,
+    [n, seq, dim]: [usize; 3],
+    ids: &[i32],
+    mask: &[i32],
+    dest: &[usize],
+    out: &mut Embeddings,
+) -> Result<()> {
+    let shape = [n as i64, seq as i64];
+    let zeros = vec![
+        0i32;
+        if interface.has(InputRole::TypeIds) {
+            n * seq
+        } else {
+            0
+        }
+    ];
+    let mut inputs: Vec<(&str, ort::session::SessionInputValue<'_>)> = Vec::new();
+    for (name, role, ty) in &interface.inputs {
+        let data: &[i32] = match role {
+            InputRole::Ids => ids,
+            InputRole::Mask => mask,
+            InputRole::TypeIds => &zeros,
+        };
+        let value = match ty {
+            IntType::I32 => TensorRef::from_array_view((shape, data))?.into(),
+            IntType::I64 => {
+                let wide: Vec<i64> = data.iter().map(|&v| i64::from(v)).collect();
+                Tensor::from_array((shape, wide))?.into()
+            }
+        };
+        inputs.push((name.as_str(), value));
+    }
+    let outputs = session.run(inputs)?;
+    let value = &outputs[interface.output.as_str()];
+    let Some(pooling) = interface.pooling else {
+        return scatter(value, n, dim, dest, out);
+    };
+    let Values::F32(values) = &mut out.values else {
+        return Err(Error::ModelMismatch("pooled embeddings are float32".into()));
+    };
+    let mut pooled = vec![0f32; n * dim];
+    macro_rules! pool_as {
+        ($t:ty, $wrap:expr) => {{
+            let (got, src) = value.try_extract_tensor::<$t>()?;
+            if got.len() != 3 || src.len() != n * seq * dim {
+                return Err(Error::ModelMismatch(format!(
+                    "expected token embeddings [{n}, {seq}, {dim}] from the model, got {:?}",
+                    &**got
+                )));
+            }
+            let widened: Vec<_> = src.iter().map($wrap).collect();
+            pool(
+                &widened,
+                mask,
+                [n, seq, dim],
+                pooling,
+                interface.normalize,
+                &mut pooled,
+            );
+        }};
+    }
+    if interface.f16_output {
+        pool_as!(f16, |&x| F16(x));
+    } else {
+        pool_as!(f32, |&x| x);
+    }
+    for (k, &d) in dest.iter().enumerate() {
+        values[d * dim..(d + 1) * dim].copy_from_slice(&pooled[k * dim..(k + 1) * dim]);
+    }
+    Ok(())
+}
+
+/// Copies the `[n, dim]` output `value` of one run into `out`, row `k` to row `dest[k]`.
 fn scatter(
-    outputs: &SessionOutputs<'_>,
+    value: &ort::value::DynValue,
     n: usize,
     dim: usize,
     dest: &[usize],
     out: &mut Embeddings,
 ) -> Result<()> {
-    let value = &outputs[0];
     macro_rules! copy {
         ($t:ty, $v:expr) => {{
             let (shape, src) = value.try_extract_tensor::<$t>()?;
@@ -586,12 +689,15 @@ mod tests {
         let tokens = [
             Tokens {
                 ids: vec![101, 7, 102],
+                truncated: false,
             },
             Tokens {
                 ids: vec![101, 102],
+                truncated: false,
             },
             Tokens {
                 ids: vec![101, 5, 6, 102],
+                truncated: false,
             },
         ];
         let (mut ids, mut mask) = (vec![-1; 8], vec![-1; 8]);

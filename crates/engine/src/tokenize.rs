@@ -20,6 +20,8 @@ pub struct TextTokenizer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tokens {
     pub ids: Vec<i32>,
+    /// The text (prompt included) had more tokens than the window and was truncated.
+    pub truncated: bool,
 }
 
 /// Bytes of text kept per token of the window before tokenizing ([`TextTokenizer::max_bytes`]).
@@ -83,10 +85,28 @@ impl TextTokenizer {
     /// thread pool; no PostgreSQL call is made from those threads). Output is in input order,
     /// one [`Tokens`] per text.
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<Tokens>> {
-        Ok(self
-            .encode_cut(texts, true)?
+        self.encode_prompted(texts, "")
+    }
+
+    /// [`Self::encode`] with `prefix` (a prompt) put before each text, which is cut first, so
+    /// the prompt is never cut off. A text is marked truncated when the tokenizer dropped
+    /// tokens past `max_length` or when it was cut to [`Self::max_bytes`] (it then had more
+    /// bytes than the window can hold at [`BYTES_PER_TOKEN`]).
+    pub fn encode_prompted(&self, texts: &[&str], prefix: &str) -> Result<Vec<Tokens>> {
+        let max = self.max_bytes();
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|t| format!("{prefix}{}", cut(t, max)))
+            .collect();
+        let encodings = self
+            .inner
+            .encode_batch(inputs, true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(encodings
             .into_iter()
-            .map(|e| Tokens {
+            .zip(texts)
+            .map(|(e, t)| Tokens {
+                truncated: !e.get_overflowing().is_empty() || t.len() > max,
                 ids: e.get_ids().iter().map(|&id| id as i32).collect(),
             })
             .collect())

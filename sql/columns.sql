@@ -1,0 +1,107 @@
+-- Which model (and prompt) filled each embedding column, so that a query vector for a column
+-- comes from the same model (tributary_embed_for) and a second model cannot silently write
+-- vectors of another space into it (22023 with a HINT).
+--
+-- Written only through tributary._bind_column (SECURITY DEFINER, not executable by PUBLIC):
+-- tributary_embed_column calls it as the extension's owner after checking that the caller may
+-- UPDATE the column, and tributary._job_create for a job's target. Readable by everyone, as
+-- tributary.models is.
+
+CREATE TABLE tributary.column_models (
+    relid       regclass NOT NULL,          -- the table (dumped and restored by name)
+    attname     name NOT NULL,              -- the vector/halfvec column
+    model       text NOT NULL,              -- tributary.models.name
+    prompt      text,                       -- the prompt's name the texts were embedded with, or NULL
+    filled_by   text NOT NULL,              -- 'tributary_embed_column' or 'job <id>'
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (relid, attname)
+);
+REVOKE ALL ON tributary.column_models FROM PUBLIC;
+GRANT SELECT ON tributary.column_models TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('tributary.column_models', '');
+
+-- Records that `model` (with `prompt`) fills column `col` of `rel`, or checks that it is the
+-- model already recorded: 22023 when another model or prompt filled it. Returns whether a new
+-- record was made.
+CREATE FUNCTION tributary._bind_column(rel regclass, col name, model text, prompt text, filled_by text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    b tributary.column_models;
+BEGIN
+    SELECT * INTO b FROM tributary.column_models c WHERE c.relid = rel AND c.attname = col;
+    IF NOT FOUND THEN
+        INSERT INTO tributary.column_models (relid, attname, model, prompt, filled_by)
+        VALUES (rel, col, model, prompt, filled_by);
+        RETURN true;
+    END IF;
+    IF b.model IS DISTINCT FROM model OR b.prompt IS DISTINCT FROM prompt THEN
+        RAISE EXCEPTION 'column %.% holds embeddings of model "%"%, not of "%"%',
+                rel, quote_ident(col), b.model,
+                CASE WHEN b.prompt IS NULL THEN '' ELSE format(' (prompt "%s")', b.prompt) END,
+                model,
+                CASE WHEN prompt IS NULL THEN '' ELSE format(' (prompt "%s")', prompt) END
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Filled by %s at %s; vectors of different models or prompts in one column cannot be compared.',
+                                  b.filled_by, b.recorded_at),
+                  HINT = format('Use model => %L%s, or empty the column and call tributary_forget_column(%L, %L) first.',
+                                b.model,
+                                CASE WHEN b.prompt IS NULL THEN '' ELSE format(', prompt => %L', b.prompt) END,
+                                rel::text, col);
+    END IF;
+    RETURN false;
+END $$;
+REVOKE ALL ON FUNCTION tributary._bind_column(regclass, name, text, text, text) FROM PUBLIC;
+
+-- tributary_forget_column(tbl, col) -> boolean: forgets which model filled the column (after
+-- emptying it, to fill it with another model). Table owners only (42501); false when nothing was
+-- recorded.
+CREATE FUNCTION tributary_forget_column(tbl regclass, col name) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT pg_catalog.pg_has_role(session_user, (SELECT relowner FROM pg_catalog.pg_class WHERE oid = tbl), 'USAGE')
+       AND NOT pg_catalog.pg_has_role(current_user, (SELECT relowner FROM pg_catalog.pg_class WHERE oid = tbl), 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', tbl USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    DELETE FROM tributary.column_models c WHERE c.relid = tbl AND c.attname = col;
+    RETURN FOUND;
+END $$;
+
+-- tributary_embed_for(tbl, col, text [, prompt]) -> vector: the query embedding of `text` for
+-- column `col` of `tbl`, by the model recorded for that column. `prompt` defaults to the model's
+-- prompt named 'query' when it has one (search queries against embedded documents), else to its
+-- default prompt. NULL text gives NULL. Errors: 42704 no model recorded for the column; those of
+-- tributary_embed.
+CREATE FUNCTION tributary_embed_for(tbl regclass, col name, text text, prompt text DEFAULT NULL)
+RETURNS vector
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m text;
+    p text := prompt;
+BEGIN
+    IF text IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.model INTO m FROM tributary.column_models c WHERE c.relid = tbl AND c.attname = col;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no model is recorded for column %.%', tbl, quote_ident(col)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Fill the column with tributary_embed_column() or a job, which record the model; or name the model: tributary_embed(text, model => ...).';
+    END IF;
+    IF p IS NULL THEN
+        SELECT CASE WHEN mm.prompts ? 'query' THEN 'query' END INTO p FROM tributary.models mm WHERE mm.name = m;
+    END IF;
+    RETURN @extschema@.tributary_embed(text, m, p);
+END $$;
+
+-- Records of dropped tables go with them (a dangling regclass could not be dumped and restored).
+CREATE FUNCTION tributary._column_models_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM tributary.column_models c
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class r WHERE r.oid = c.relid)
+        OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                        WHERE a.attrelid = c.relid AND a.attname = c.attname AND NOT a.attisdropped);
+END $$;
+CREATE EVENT TRIGGER tributary_column_models_drop ON sql_drop
+    EXECUTE FUNCTION tributary._column_models_drop();
