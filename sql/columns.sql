@@ -17,7 +17,12 @@ CREATE TABLE tributary.column_models (
     PRIMARY KEY (relid, attname)
 );
 REVOKE ALL ON tributary.column_models FROM PUBLIC;
-GRANT SELECT ON tributary.column_models TO PUBLIC;
+GRANT SELECT, DELETE ON tributary.column_models TO PUBLIC;
+ALTER TABLE tributary.column_models ENABLE ROW LEVEL SECURITY;
+CREATE POLICY read ON tributary.column_models FOR SELECT USING (true);
+-- tributary_forget_column: a role forgets only the columns of tables it owns.
+CREATE POLICY forget ON tributary.column_models FOR DELETE
+    USING (pg_catalog.pg_has_role((SELECT r.relowner FROM pg_catalog.pg_class r WHERE r.oid = relid), 'USAGE'));
 SELECT pg_catalog.pg_extension_config_dump('tributary.column_models', '');
 
 -- Records that `model` (with `prompt`) fills column `col` of `rel`, or checks that it is the
@@ -55,12 +60,12 @@ REVOKE ALL ON FUNCTION tributary._bind_column(regclass, name, text, text, text) 
 
 -- tributary_forget_column(tbl, col) -> boolean: forgets which model filled the column (after
 -- emptying it, to fill it with another model). Table owners only (42501); false when nothing was
--- recorded.
+-- recorded. SECURITY INVOKER: the caller's DELETE on tributary.column_models is limited by a
+-- row-level security policy to the tables it owns.
 CREATE FUNCTION tributary_forget_column(tbl regclass, col name) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF NOT pg_catalog.pg_has_role(session_user, (SELECT relowner FROM pg_catalog.pg_class WHERE oid = tbl), 'USAGE')
-       AND NOT pg_catalog.pg_has_role(current_user, (SELECT relowner FROM pg_catalog.pg_class WHERE oid = tbl), 'USAGE') THEN
+    IF NOT pg_catalog.pg_has_role((SELECT relowner FROM pg_catalog.pg_class WHERE oid = tbl), 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', tbl USING ERRCODE = 'insufficient_privilege';
     END IF;
     DELETE FROM tributary.column_models c WHERE c.relid = tbl AND c.attname = col;

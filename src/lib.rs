@@ -43,7 +43,7 @@ pgrx::extension_sql_file!(
 pgrx::extension_sql_file!(
     "../sql/columns.sql",
     name = "columns",
-    requires = ["bootstrap", crate::api::embed::tributary_embed_text]
+    requires = ["bootstrap", api::embed::tributary_embed_text_0_3]
 );
 
 // COMMENT ON for every object of the extension, after all of them exist.

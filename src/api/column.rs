@@ -41,8 +41,8 @@ use crate::service::rows::RowOptions;
 /// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
 /// unknown model. Privileges are the caller's (SELECT on the columns, UPDATE on the target).
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(volatile, parallel_unsafe)]
-fn tributary_embed_column(
+#[pg_extern(name = "tributary_embed_column", volatile, parallel_unsafe)]
+pub(crate) fn tributary_embed_column_0_3(
     tbl: Option<PgRelation>,
     columns: Option<Vec<String>>,
     target: Option<Name>,

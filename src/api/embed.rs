@@ -22,7 +22,7 @@ use crate::service::embed::{check_count, embed_nullable, embed_text, token_ids};
 /// error`; 58P01 missing ONNX Runtime library or model file (HINT names the setting); 38000
 /// ONNX Runtime failure (its message in the error).
 #[pg_extern(name = "tributary_embed", stable, parallel_unsafe)]
-fn tributary_embed_text(
+pub(crate) fn tributary_embed_text_0_3(
     text: Option<&str>,
     model: default!(Option<&str>, "NULL"),
     prompt: default!(Option<&str>, "NULL"),
@@ -44,7 +44,7 @@ fn tributary_embed_text(
 ///
 /// Errors: as `tributary_embed(text)`.
 #[pg_extern(name = "tributary_embed", volatile, parallel_unsafe)]
-fn tributary_embed_array(
+pub(crate) fn tributary_embed_array_0_3(
     texts: Option<Array<&str>>,
     model: default!(Option<&str>, "NULL"),
     prompt: default!(Option<&str>, "NULL"),
@@ -61,7 +61,7 @@ fn tributary_embed_array(
 
 /// 2202E unless argument 0 of `fcinfo` (a non-NULL array) is one-dimensional with subscripts
 /// from 1 (or empty): the result keeps the order but not a shape or other subscripts.
-fn check_shape(fcinfo: pg_sys::FunctionCallInfo) -> Result<()> {
+pub(crate) fn check_shape(fcinfo: pg_sys::FunctionCallInfo) -> Result<()> {
     // SAFETY: argument 0 is a non-NULL array datum (checked by the caller); only its header
     // (ndim and the first lower bound, the first 24 bytes) is detoasted.
     let (ndim, lbound) = unsafe {

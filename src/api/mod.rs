@@ -1,6 +1,7 @@
 //! The SQL surface: thin `#[pg_extern]` wrappers that parse arguments and call `pg/` and `engine/`.
 
 pub mod column;
+pub mod compat;
 pub mod embed;
 pub mod models;
 pub mod rows;

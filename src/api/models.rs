@@ -29,8 +29,8 @@ use crate::pg::gucs;
 /// unreadable description file; 0A000 a graph for `precision` the directory lacks, or a
 /// description tributary cannot run (max pooling, a Dense module, ...); 22023 prompts not an
 /// object of strings.
-#[pg_extern(volatile, parallel_unsafe)]
-fn tributary_register_model(
+#[pg_extern(name = "tributary_register_model", volatile, parallel_unsafe)]
+pub(crate) fn tributary_register_model_0_3(
     name: &str,
     path: &str,
     precision: default!(&str, "'fp32'"),
@@ -55,10 +55,13 @@ fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB
     if let Some(pgrx::JsonB(extra)) = prompts {
         let bad = || TributaryError::InvalidArgument {
             message: "prompts must be a JSON object of prompt name to text".into(),
-            hint: Some(r#"For example: prompts => '{"query": "query: ", "passage": "passage: "}'"#.into()),
+            hint: Some(
+                r#"For example: prompts => '{"query": "query: ", "passage": "passage: "}'"#.into(),
+            ),
         };
         for (k, v) in extra.as_object().ok_or_else(bad)? {
-            spec.prompts.insert(k.clone(), v.as_str().ok_or_else(bad)?.to_owned());
+            spec.prompts
+                .insert(k.clone(), v.as_str().ok_or_else(bad)?.to_owned());
         }
     }
     for f in [&spec.graph, &spec.tokenizer] {
@@ -72,6 +75,36 @@ fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB
     }
     let prompts = serde_json::to_string(&spec.prompts)
         .map_err(|e| TributaryError::Internal(e.to_string()))?;
+    if !catalog_has_prompts()? {
+        // The extension is still at 0.2.0 or older (ALTER EXTENSION tributary UPDATE not run):
+        // its catalog takes tributary's exports only.
+        if spec.layout != crate::engine::Layout::Tributary || !spec.prompts.is_empty() {
+            return Err(TributaryError::UnsupportedModel {
+                path: dir.display().to_string(),
+                reason: "standard exports and prompts need tributary 0.3.0: run ALTER EXTENSION tributary UPDATE".into(),
+            });
+        }
+        Spi::run_with_args(
+            "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (name) DO UPDATE SET path = EXCLUDED.path, onnx_file = EXCLUDED.onnx_file, \
+               tokenizer_file = EXCLUDED.tokenizer_file, dimension = EXCLUDED.dimension, max_length = EXCLUDED.max_length, \
+               pooling = EXCLUDED.pooling, precision = EXCLUDED.precision, sha256 = EXCLUDED.sha256, registered_at = now()",
+            &[
+                name.into(),
+                path.into(),
+                spec.graph.as_str().into(),
+                spec.tokenizer.as_str().into(),
+                (spec.dimension as i32).into(),
+                (spec.max_length as i32).into(),
+                spec.pooling.as_str().into(),
+                precision.into(),
+                spec.sha256.as_deref().into(),
+            ],
+        )
+        .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
+        return Ok(());
+    }
     Spi::run_with_args(
         "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256, \
                                             layout, normalize, prompts, default_prompt) \
@@ -99,6 +132,17 @@ fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB
     )
     .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
     Ok(())
+}
+
+/// Whether `tributary.models` has the columns of 0.3.0 (prompts, layout): false in a database
+/// whose extension has not been updated yet.
+fn catalog_has_prompts() -> Result<bool> {
+    Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
+          WHERE attrelid = 'tributary.models'::pg_catalog.regclass AND attname = 'prompts' AND NOT attisdropped)",
+    )
+    .map(|b| b.unwrap_or(false))
+    .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))
 }
 
 /// A model directory's description that cannot be read (58P01), parsed (22P02) or run (0A000).
@@ -150,9 +194,9 @@ fn tributary_drop_model(name: &str) {
 /// normalised, and the prompts (name to text) with the default prompt.
 ///
 /// Errors: as `tributary_embed`.
-#[pg_extern(stable, parallel_unsafe)]
+#[pg_extern(name = "tributary_info", stable, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
-fn tributary_info(
+pub(crate) fn tributary_info_0_3(
     model: default!(Option<&str>, "NULL"),
 ) -> TableIterator<
     'static,

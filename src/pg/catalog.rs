@@ -74,7 +74,10 @@ impl ModelRow {
     ///
     /// Errors: 42704 a name the model has no prompt for (HINT lists its prompts).
     pub fn prompt(&self, name: Option<&str>) -> Result<(Option<String>, String)> {
-        let Some(name) = name.map(str::to_owned).or_else(|| self.default_prompt.clone()) else {
+        let Some(name) = name
+            .map(str::to_owned)
+            .or_else(|| self.default_prompt.clone())
+        else {
             return Ok((None, String::new()));
         };
         match self.prompts.get(&name) {
@@ -113,36 +116,71 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
             })
         }
     };
-    let row = Spi::connect(|client| {
-        let table = client.select(
-            "SELECT path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, \
-                    layout, normalize, prompts::text, default_prompt \
-             FROM tributary.models WHERE name = $1",
-            Some(1),
-            &[name.as_str().into()],
-        )?;
-        if table.is_empty() {
-            return Ok::<_, pgrx::spi::Error>(None);
-        }
-        let r = table.first();
-        Ok(Some(ModelRow {
-            name: name.clone(),
-            path: r.get::<String>(1)?.unwrap_or_default(),
-            onnx_file: r.get::<String>(2)?.unwrap_or_default(),
-            tokenizer_file: r.get::<String>(3)?.unwrap_or_default(),
-            dimension: r.get::<i32>(4)?.unwrap_or(0) as usize,
-            max_length: r.get::<i32>(5)?.unwrap_or(0) as usize,
-            pooling: r.get::<String>(6)?.unwrap_or_default(),
-            precision: r.get::<String>(7)?.unwrap_or_default(),
-            layout: r.get::<String>(8)?.unwrap_or_default(),
-            normalize: r.get::<bool>(9)?.unwrap_or(true),
-            prompts: serde_json::from_str(&r.get::<String>(10)?.unwrap_or_default())
-                .unwrap_or_default(),
-            default_prompt: r.get::<String>(11)?,
-        }))
-    })
+    // As JSON, so that a catalog of an older version (without the columns added since, before
+    // ALTER EXTENSION tributary UPDATE) reads with their defaults.
+    let json = Spi::get_one_with_args::<pgrx::JsonB>(
+        "SELECT to_jsonb(m) FROM tributary.models m WHERE m.name = $1",
+        &[name.as_str().into()],
+    )
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))?;
+    let row = match json {
+        Some(pgrx::JsonB(v)) => Some(
+            serde_json::from_value::<CatalogRow>(v)
+                .map_err(|e| {
+                    TributaryError::Internal(format!("reading tributary.models failed: {e}"))
+                })?
+                .into_row(name.clone()),
+        ),
+        None => None,
+    };
     row.ok_or(TributaryError::UnknownModel(name))
+}
+
+/// A `tributary.models` row as `to_jsonb` gives it; columns added after 0.2.0 have defaults.
+#[derive(serde::Deserialize)]
+struct CatalogRow {
+    path: String,
+    onnx_file: String,
+    tokenizer_file: String,
+    dimension: i32,
+    max_length: i32,
+    pooling: String,
+    precision: String,
+    #[serde(default = "tributary_layout")]
+    layout: String,
+    #[serde(default = "yes")]
+    normalize: bool,
+    #[serde(default)]
+    prompts: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    default_prompt: Option<String>,
+}
+
+fn tributary_layout() -> String {
+    "tributary".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl CatalogRow {
+    fn into_row(self, name: String) -> ModelRow {
+        ModelRow {
+            name,
+            path: self.path,
+            onnx_file: self.onnx_file,
+            tokenizer_file: self.tokenizer_file,
+            dimension: self.dimension.max(0) as usize,
+            max_length: self.max_length.max(0) as usize,
+            pooling: self.pooling,
+            precision: self.precision,
+            layout: self.layout,
+            normalize: self.normalize,
+            prompts: self.prompts,
+            default_prompt: self.default_prompt,
+        }
+    }
 }
 
 /// Sessions kept per backend. Each holds a copy of the model's weights (all-MiniLM-L6-v2: 90 MB
@@ -319,10 +357,14 @@ const MEMO_MAX_TEXT: usize = 8192;
 /// (text, session key)
 type MemoKey = (String, Key);
 
+/// A memoized embedding: `[dim] f32`, and whether the text was truncated to the window (so
+/// that `tributary.truncation` applies to a memoized text as to a new one).
+pub type Memo = (Vec<f32>, bool);
+
 thread_local! {
-    /// `[dim] f32` by text and session key, at most [`MEMO_ENTRIES`], least recently used dropped
-    /// first; cleared with the sessions.
-    static MEMO: RefCell<LruCache<MemoKey, Rc<Vec<f32>>>> = RefCell::new(LruCache::new(MEMO_ENTRIES));
+    /// `[dim] f32` and whether the text was truncated, by text and session key, at most
+    /// [`MEMO_ENTRIES`], least recently used dropped first; cleared with the sessions.
+    static MEMO: RefCell<LruCache<MemoKey, Rc<Memo>>> = RefCell::new(LruCache::new(MEMO_ENTRIES));
 }
 
 /// The embedding `[dim] f32` of `text` with `model`'s current session settings, from this
@@ -332,8 +374,8 @@ thread_local! {
 pub fn memoized_embedding(
     model: &ModelRow,
     text: &str,
-    compute: impl FnOnce() -> Result<Vec<f32>>,
-) -> Result<Rc<Vec<f32>>> {
+    compute: impl FnOnce() -> Result<Memo>,
+) -> Result<Rc<Memo>> {
     if text.len() > MEMO_MAX_TEXT {
         return Ok(Rc::new(compute()?));
     }

@@ -55,8 +55,7 @@ pub enum Truncation {
     Error,
 }
 
-static TRUNCATION: GucSetting<Truncation> =
-    GucSetting::<Truncation>::new(Truncation::Warning);
+static TRUNCATION: GucSetting<Truncation> = GucSetting::<Truncation>::new(Truncation::Warning);
 
 /// Default model name; must be in `tributary.models`.
 static MODEL: GucSetting<Option<CString>> =

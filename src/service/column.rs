@@ -150,7 +150,13 @@ fn bind_column(
     )
     .map_err(spi_error)?
     .unwrap_or(false);
-    if !may_update {
+    // No _bind_column before 0.3.0 (ALTER EXTENSION tributary UPDATE not run): nothing recorded.
+    let bindable = Spi::get_one::<bool>(
+        "SELECT pg_catalog.to_regprocedure('tributary._bind_column(regclass, name, text, text, text)') IS NOT NULL",
+    )
+    .map_err(spi_error)?
+    .unwrap_or(false);
+    if !may_update || !bindable {
         return Ok(());
     }
     crate::pg::roles::as_role(crate::pg::roles::extension_owner(), || {

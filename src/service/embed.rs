@@ -111,9 +111,18 @@ pub(crate) fn embed_one(model: &ModelRow, text: &str, prompt: Option<&str>) -> R
     let (_, prefix) = model.prompt(prompt)?;
     let key = format!("{prefix}\0{text}");
     let v = catalog::memoized_embedding(model, &key, || {
-        Ok(embed_checked(model, &[text], prompt)?.row_f32(0).into_owned())
+        let emb = embed_with(model, &[text], prompt)?;
+        Ok((emb.row_f32(0).into_owned(), !emb.truncated.is_empty()))
     })?;
-    Ok(Vector(v.as_ref().clone()))
+    let (vector, truncated) = v.as_ref();
+    apply_truncation(model, *truncated as usize, 1, || {
+        format!(
+            "The text has {} characters; its first {} tokens were embedded.",
+            text.chars().count(),
+            model.max_length
+        )
+    })?;
+    Ok(Vector(vector.clone()))
 }
 
 /// [`embed_one`] with the model named `model` (`None`: `tributary.model`).

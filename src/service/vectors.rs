@@ -11,8 +11,8 @@ use pgrx::pg_sys;
 
 use crate::pg::catalog::ModelRow;
 use crate::pg::error::Result;
-use crate::pg::vector::{HalfVec, Vector, VectorType};
 use crate::pg::gucs;
+use crate::pg::vector::{HalfVec, Vector, VectorType};
 use crate::service::embed::{apply_truncation, embed_with};
 use crate::service::rows::{row_text, row_values, RowOptions};
 

@@ -234,11 +234,10 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     // Paused, cancelled or dropped meanwhile: the UPDATE finds no row and the batch is undone.
     let still_running = Spi::connect_mut(|c| {
         c.update(
-            "UPDATE tributary._jobs SET rows_done = rows_done + $2, rows_truncated = rows_truncated + $3, \
-                    last_batch_at = now() \
+            "UPDATE tributary._jobs SET rows_done = rows_done + $2, last_batch_at = now() \
               WHERE id = $1 AND state = 'running' RETURNING id",
             None,
-            &[job.id.into(), n.into(), (vectors.truncated as i64).into()],
+            &[job.id.into(), n.into()],
         )
         .map(|t| t.len())
     })
@@ -246,6 +245,17 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
     .or_raise();
     if still_running == 0 {
         return (Outcome::Stopped, false);
+    }
+    if vectors.truncated > 0 {
+        // rows_truncated is 0.3.0's: a database not updated yet has no such column.
+        Spi::run_with_args(
+            "UPDATE tributary._jobs SET rows_truncated = rows_truncated + $2 WHERE id = $1 \
+               AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = 'tributary._jobs'::pg_catalog.regclass \
+                            AND attname = 'rows_truncated' AND NOT attisdropped)",
+            &[job.id.into(), (vectors.truncated as i64).into()],
+        )
+        .map_err(spi_error)
+        .or_raise();
     }
     Spi::run_with_args(
         "INSERT INTO tributary._job_batches (job_id, rows, ms, embed_ms, pid) VALUES ($1, $2, $3, $4, pg_backend_pid())",
