@@ -150,6 +150,16 @@ fn metadata_error(e: ManifestError) -> TributaryError {
     let (path, reason, missing) = match e {
         ManifestError::Read { path, reason } => (path, reason, true),
         ManifestError::Parse { path, reason } => (path, reason, false),
+                ManifestError::NoGraph {
+            path,
+            precision,
+            available,
+        } => {
+            return TributaryError::InvalidArgument {
+                message: format!("model in \"{}\" has no {precision} graph", path.display()),
+                hint: Some(available),
+            }
+        }
         ManifestError::Unsupported { path, reason } => {
             return TributaryError::UnsupportedModel {
                 path: path.display().to_string(),

@@ -118,10 +118,17 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
     };
     // As JSON, so that a catalog of an older version (without the columns added since, before
     // ALTER EXTENSION tributary UPDATE) reads with their defaults.
-    let json = Spi::get_one_with_args::<pgrx::JsonB>(
-        "SELECT to_jsonb(m) FROM tributary.models m WHERE m.name = $1",
-        &[name.as_str().into()],
-    )
+        let json = Spi::connect(|client| {
+        let table = client.select(
+            "SELECT to_jsonb(m) FROM tributary.models m WHERE m.name = $1",
+            Some(1),
+            &[name.as_str().into()],
+        )?;
+        if table.is_empty() {
+            return Ok::<_, pgrx::spi::Error>(None);
+        }
+        table.first().get::<pgrx::JsonB>(1)
+    })
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))?;
     let row = match json {
         Some(pgrx::JsonB(v)) => Some(

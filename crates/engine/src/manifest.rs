@@ -56,8 +56,16 @@ pub enum ManifestError {
     Parse { path: PathBuf, reason: String },
     /// A well-formed description of something tributary does not run (max pooling, a graph
     /// for a precision the directory lacks, ...). The extension reports it as 0A000.
-    #[error("model in \"{}\" is not supported: {reason}", path.display())]
+        #[error("model in \"{}\" is not supported: {reason}", path.display())]
     Unsupported { path: PathBuf, reason: String },
+    /// The directory has no graph of the precision asked for; `available` says what it has
+    /// (or the files looked for). The extension reports it as 22023.
+    #[error("model in \"{}\" has no {precision} graph", path.display())]
+    NoGraph {
+        path: PathBuf,
+        precision: String,
+        available: String,
+    },
 }
 
 impl Manifest {
@@ -303,15 +311,17 @@ impl SentenceTransformers {
         let graph = candidates
             .iter()
             .find(|f| dir.join(f).is_file())
-            .ok_or_else(|| {
-                unsupported(format!(
-                    "no {precision} graph (looked for {})",
-                    if candidates.is_empty() {
-                        "nothing: unknown precision".into()
-                    } else {
-                        candidates.join(", ")
-                    }
-                ))
+                        .ok_or_else(|| ManifestError::NoGraph {
+                path: dir.to_owned(),
+                precision: precision.to_owned(),
+                available: format!(
+                    "Its graphs are looked for as: {}.",
+                    ST_GRAPHS
+                        .iter()
+                        .flat_map(|(_, f)| f.iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             })?;
         if let Some(name) = &config.default_prompt_name {
             if !config.prompts.contains_key(name) {
@@ -350,12 +360,10 @@ impl ModelSpec {
         let m = Manifest::from_dir(dir)?;
         let graph = m
             .graph(precision)
-            .ok_or_else(|| ManifestError::Unsupported {
+                        .ok_or_else(|| ManifestError::NoGraph {
                 path: dir.to_owned(),
-                reason: format!(
-                    "no {precision} graph (its tributary.json lists: {})",
-                    m.graphs().join(", ")
-                ),
+                precision: precision.to_owned(),
+                available: format!("Its tributary.json lists: {}.", m.graphs().join(", ")),
             })?;
         Ok(ModelSpec {
             layout: Layout::Tributary,
@@ -460,9 +468,9 @@ mod tests {
             "config_sentence_transformers.json",
             r#"{"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": null}"#,
         );
-        assert!(matches!(
+                assert!(matches!(
             ModelSpec::from_dir(&dir, "fp32", None),
-            Err(ManifestError::Unsupported { .. })
+            Err(ManifestError::NoGraph { .. })
         ));
         w("onnx/model.onnx", "");
         let m = ModelSpec::from_dir(&dir, "fp32", None).unwrap();
