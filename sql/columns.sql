@@ -47,8 +47,8 @@ BEGIN
                 model,
                 CASE WHEN prompt IS NULL THEN '' ELSE format(' (prompt "%s")', prompt) END
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('Filled by %s at %s; vectors of different models or prompts in one column cannot be compared.',
-                                  b.filled_by, b.recorded_at),
+                  DETAIL = format('Filled by %s (tributary.column_models); vectors of different models or prompts in one column cannot be compared.',
+                                  b.filled_by),
                   HINT = format('Use model => %L%s, or empty the column and call tributary_forget_column(%L, %L) first.',
                                 b.model,
                                 CASE WHEN b.prompt IS NULL THEN '' ELSE format(', prompt => %L', b.prompt) END,
