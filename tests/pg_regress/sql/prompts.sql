@@ -46,12 +46,12 @@ FROM generate_series(1, 12) g;
 SET tributary.truncation = error;
 SELECT expect_error($$SELECT tributary_embed_column('manuals', '{body}', 'emb')$$);
 SELECT count(emb) AS written_under_error FROM manuals;
-SELECT count(*) AS recorded_under_error FROM tributary.column_models;
+SELECT count(*) AS recorded_under_error FROM tributary.column_models WHERE relid::text = 'manuals';
 RESET tributary.truncation;
 SELECT tributary_embed_column('manuals', '{body}', 'emb', model => 'minilm-e5', prompt => 'passage') AS written;
 
 -- The column's model is recorded; another model or prompt is refused (22023), the same is fine.
-SELECT relid, attname, model, prompt, filled_by FROM tributary.column_models;
+SELECT relid, attname, model, prompt, filled_by FROM tributary.column_models WHERE relid::text = 'manuals';
 UPDATE manuals SET emb = NULL WHERE id = 1;
 SELECT expect_error($$SELECT tributary_embed_column('manuals', '{body}', 'emb')$$);
 SELECT expect_error($$SELECT tributary_embed_column('manuals', '{body}', 'emb', model => 'minilm-e5', prompt => 'query')$$);
@@ -74,17 +74,17 @@ WITH d AS (DELETE FROM tributary.column_models RETURNING 1) SELECT count(*) AS d
 SELECT expect_error($$INSERT INTO tributary.column_models VALUES ('manuals', 'emb2', 'x', NULL, 'me')$$);
 SELECT expect_error($$SELECT tributary._bind_column('manuals', 'emb2', 'x', NULL, 'me')$$);
 RESET ROLE;
-SELECT count(*) AS records FROM tributary.column_models;
+SELECT count(*) AS records FROM tributary.column_models WHERE relid::text = 'manuals';
 -- The owner forgets; another model may then fill the (emptied) column.
 UPDATE manuals SET emb = NULL;
 SELECT tributary_forget_column('manuals', 'emb') AS forgotten, tributary_forget_column('manuals', 'emb') AS again;
 SELECT tributary_embed_column('manuals', '{body}', 'emb') AS refilled_other_model;
-SELECT model, prompt FROM tributary.column_models WHERE attname = 'emb';
+SELECT model, prompt FROM tributary.column_models WHERE relid::text = 'manuals' AND attname = 'emb';
 -- Dropping the column or the table forgets it.
 ALTER TABLE manuals DROP COLUMN emb;
-SELECT count(*) AS after_drop_column FROM tributary.column_models;
+SELECT count(*) AS after_drop_column FROM tributary.column_models WHERE relid::text = 'manuals';
 SELECT tributary_embed_column('manuals', '{body}', 'emb2') AS filled;
 DROP TABLE manuals;
-SELECT count(*) AS after_drop_table FROM tributary.column_models;
+SELECT count(*) AS after_drop_table FROM tributary.column_models WHERE relid::text = 'manuals';
 DROP ROLE prompts_reader;
 SELECT tributary_drop_model('minilm-e5');
