@@ -41,7 +41,7 @@ COMMENT ON FUNCTION tributary.knn_mean(double precision[], double precision[]) I
 COMMENT ON FUNCTION tributary._target_column(regclass, name, text, integer, text, text) IS 'Internal: checks a target column (vector or halfvec of the model''s dimension) and returns its type; 42703, 42804, 22000.';
 
 -- Jobs
-COMMENT ON FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[]) IS 'Creates a job: background workers embed every row of a table (once), or keep embedding new and changed rows (continuous), batch by batch, each batch its own transaction. Table owner only. Needs tributary in shared_preload_libraries.';
+COMMENT ON FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[], text) IS 'prompt: the model''s prompt to embed with. Creates a job: background workers embed every row of a table (once), or keep embedding new and changed rows (continuous), batch by batch, each batch its own transaction. Table owner only. Needs tributary in shared_preload_libraries.';
 COMMENT ON FUNCTION tributary_job_pause(bigint) IS 'Pauses a job of yours: workers stop after their current batch; tributary_job_resume() goes on.';
 COMMENT ON FUNCTION tributary_job_resume(bigint) IS 'Resumes a paused or failed job of yours, giving its failed rows a new chance (55000 for a cancelled job).';
 COMMENT ON FUNCTION tributary_job_cancel(bigint) IS 'Cancels a job of yours: no more batches; what was written stays.';

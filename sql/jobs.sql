@@ -58,8 +58,9 @@ CREATE TABLE tributary._jobs (
     requeue_sql    text NOT NULL,   -- $1 jsonb keys    -> back into the queue
     enqueue_sql    jsonb,           -- continuous: {"INSERT": sql, "UPDATE": ..., ...} over the
                                     -- transition tables new_rows/old_rows, run by _job_trigger
-    UNIQUE (owner, name),
-    rows_truncated bigint NOT NULL DEFAULT 0     -- of rows_done, texts longer than the model's window (cut to it)
+        UNIQUE (owner, name),
+    rows_truncated bigint NOT NULL DEFAULT 0,    -- of rows_done, texts longer than the model's window (cut to it)
+    prompt        text                           -- the model's prompt the texts are embedded with, or NULL
 );
 
 -- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
@@ -140,7 +141,7 @@ WITH wk AS (SELECT pid, job FROM tributary.workers())
 SELECT j.id, j.name,
        CASE WHEN j.state = 'running' AND s.workers_in_database = 0 THEN 'waiting' ELSE j.state END AS state,
        j.mode, j.source, j.columns,
-       coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
+              coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.prompt, j.batch_size, j.workers,
        j.owner,
        j.rows_done,
        j.rows_truncated,
@@ -228,7 +229,8 @@ DECLARE
     exclude      text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'exclude') = 'array' THEN a->'exclude' END) x);
     parents      integer := coalesce((a->>'parents')::integer, 0);
     children     integer := coalesce((a->>'children')::integer, 0);
-    time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
+        time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
+    prompt       text := a->>'prompt';
     whole     boolean := columns = '{*}';
     m         tributary.models;
     pk        text[];           -- primary key columns, quoted
@@ -312,7 +314,14 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'model "%" does not exist', coalesce(model, current_setting('tributary.model'))
             USING ERRCODE = 'undefined_object',
-            HINT = 'Registered models are listed in tributary.models; see tributary_register_model().';
+                        HINT = 'Registered models are listed in tributary.models; see tributary_register_model().';
+    END IF;
+    prompt := coalesce(prompt, m.default_prompt);
+    IF prompt IS NOT NULL AND NOT m.prompts ? prompt THEN
+        RAISE EXCEPTION 'model "%" has no prompt "%"', m.name, prompt USING ERRCODE = 'undefined_object',
+            HINT = CASE WHEN m.prompts = '{}' THEN 'The model has no prompts; leave prompt NULL.'
+                        ELSE format('Its prompts: %s (tributary_info() shows them).',
+                                    (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(m.prompts) k)) END;
     END IF;
 
     SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord), array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord)
@@ -373,7 +382,7 @@ BEGIN
     tgt_type := tributary._target_column(tgt, target, m.name, m.dimension, relname => tgt_name);
     vtype := tributary._vector_type(tgt_type);
     -- 22023 when another model filled the target column (sql/columns.sql); else recorded.
-    PERFORM tributary._bind_column(tgt, target, m.name, NULL, format('a job of %s', caller::regrole));
+        PERFORM tributary._bind_column(tgt, target, m.name, prompt, format('a job of %s', caller::regrole));
     IF tgt <> source AND NOT EXISTS (
         SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)
@@ -436,11 +445,11 @@ BEGIN
     END IF;
     checked := CASE WHEN mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
-    INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
+        INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, prompt, batch_size,
         mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
     VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = caller AND x.name = format('%s.%s', src, target))
                                 THEN format('%s.%s (job %s)', src, target, id) ELSE format('%s.%s', src, target) END), source, columns, nullif(tgt, source), target, tgt_type,
-        m.name, batch_size, mode, workers,
+                m.name, prompt, batch_size, mode, workers,
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
         caller, q::regclass,
@@ -778,7 +787,8 @@ REVOKE ALL ON FUNCTION tributary._own_job(oid, bigint, boolean), tributary._job_
 -- own commands do).
 
 -- tributary_job_create(source, columns [, target, model, mode, target_table, batch_size, workers,
--- name, exclude, parents, children, time_columns]) -> job id. See the README (Jobs).
+-- name, exclude, parents, children, time_columns, prompt]) -> job id. See the README (Jobs).
+-- prompt: the model's prompt to embed with (NULL: its default prompt); 42704 if it has none such.
 CREATE FUNCTION tributary_job_create(
     source       regclass,
     columns      text[],
@@ -792,13 +802,15 @@ CREATE FUNCTION tributary_job_create(
     exclude      text[] DEFAULT NULL,
     parents      integer DEFAULT 0,
     children     integer DEFAULT 0,
-    time_columns text[] DEFAULT NULL
+        time_columns text[] DEFAULT NULL,
+    prompt       text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT tributary._job_call('create', jsonb_build_object(
         'source', source::oid, 'columns', columns, 'target', target, 'model', model, 'mode', mode,
         'target_table', target_table, 'batch_size', batch_size, 'workers', workers, 'name', name,
-        'exclude', exclude, 'parents', parents, 'children', children, 'time_columns', time_columns))
+                'exclude', exclude, 'parents', parents, 'children', children, 'time_columns', time_columns,
+        'prompt', prompt))
 $$;
 
 CREATE FUNCTION tributary_job_pause(job bigint) RETURNS void

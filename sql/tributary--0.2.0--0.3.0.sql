@@ -18,7 +18,8 @@ ALTER TABLE tributary.models
     ADD COLUMN default_prompt text CHECK (default_prompt IS NULL OR prompts ? default_prompt);
 
 -- Jobs: texts truncated to the window, counted.
-ALTER TABLE tributary._jobs ADD COLUMN rows_truncated bigint NOT NULL DEFAULT 0;
+ALTER TABLE tributary._jobs ADD COLUMN rows_truncated bigint NOT NULL DEFAULT 0,
+    ADD COLUMN prompt text;
 
 -- Functions with a new argument (prompt, prompts) or result columns (tributary_info).
 DROP FUNCTION tributary_embed(text, text);
@@ -26,6 +27,7 @@ DROP FUNCTION tributary_embed(text[], text);
 DROP FUNCTION tributary_embed_column(regclass, text[], name, text, integer, text[], integer, integer, text[], timestamp with time zone);
 DROP FUNCTION tributary_info(text);
 DROP FUNCTION tributary_register_model(text, text, text);
+DROP FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[]);
 CREATE  FUNCTION "tributary_embed"(
 	"text" TEXT, /* Option < & str > */
 	"model" TEXT DEFAULT NULL, /* Option < & str > */
@@ -213,7 +215,8 @@ DECLARE
     exclude      text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'exclude') = 'array' THEN a->'exclude' END) x);
     parents      integer := coalesce((a->>'parents')::integer, 0);
     children     integer := coalesce((a->>'children')::integer, 0);
-    time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
+        time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
+    prompt       text := a->>'prompt';
     whole     boolean := columns = '{*}';
     m         tributary.models;
     pk        text[];           -- primary key columns, quoted
@@ -297,7 +300,14 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'model "%" does not exist', coalesce(model, current_setting('tributary.model'))
             USING ERRCODE = 'undefined_object',
-            HINT = 'Registered models are listed in tributary.models; see tributary_register_model().';
+                        HINT = 'Registered models are listed in tributary.models; see tributary_register_model().';
+    END IF;
+    prompt := coalesce(prompt, m.default_prompt);
+    IF prompt IS NOT NULL AND NOT m.prompts ? prompt THEN
+        RAISE EXCEPTION 'model "%" has no prompt "%"', m.name, prompt USING ERRCODE = 'undefined_object',
+            HINT = CASE WHEN m.prompts = '{}' THEN 'The model has no prompts; leave prompt NULL.'
+                        ELSE format('Its prompts: %s (tributary_info() shows them).',
+                                    (SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(m.prompts) k)) END;
     END IF;
 
     SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord), array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord)
@@ -358,7 +368,7 @@ BEGIN
     tgt_type := tributary._target_column(tgt, target, m.name, m.dimension, relname => tgt_name);
     vtype := tributary._vector_type(tgt_type);
     -- 22023 when another model filled the target column (sql/columns.sql); else recorded.
-    PERFORM tributary._bind_column(tgt, target, m.name, NULL, format('a job of %s', caller::regrole));
+        PERFORM tributary._bind_column(tgt, target, m.name, prompt, format('a job of %s', caller::regrole));
     IF tgt <> source AND NOT EXISTS (
         SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)
@@ -421,11 +431,11 @@ BEGIN
     END IF;
     checked := CASE WHEN mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
-    INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, batch_size,
+        INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, prompt, batch_size,
         mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
     VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = caller AND x.name = format('%s.%s', src, target))
                                 THEN format('%s.%s (job %s)', src, target, id) ELSE format('%s.%s', src, target) END), source, columns, nullif(tgt, source), target, tgt_type,
-        m.name, batch_size, mode, workers,
+                m.name, prompt, batch_size, mode, workers,
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
         caller, q::regclass,
@@ -520,13 +530,37 @@ BEGIN
     RETURN id;
 END $fn$;
 
+CREATE FUNCTION tributary_job_create(
+    source       regclass,
+    columns      text[],
+    target       name DEFAULT 'embedding',
+    model        text DEFAULT NULL,
+    mode         text DEFAULT 'once',
+    target_table text DEFAULT NULL,
+    batch_size   integer DEFAULT 256,
+    workers      integer DEFAULT 1,
+    name         text DEFAULT NULL,
+    exclude      text[] DEFAULT NULL,
+    parents      integer DEFAULT 0,
+    children     integer DEFAULT 0,
+        time_columns text[] DEFAULT NULL,
+    prompt       text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT tributary._job_call('create', jsonb_build_object(
+        'source', source::oid, 'columns', columns, 'target', target, 'model', model, 'mode', mode,
+        'target_table', target_table, 'batch_size', batch_size, 'workers', workers, 'name', name,
+                'exclude', exclude, 'parents', parents, 'children', children, 'time_columns', time_columns,
+        'prompt', prompt))
+$$;
+
 DROP VIEW tributary.jobs;
 CREATE VIEW tributary.jobs WITH (security_barrier) AS
 WITH wk AS (SELECT pid, job FROM tributary.workers())
 SELECT j.id, j.name,
        CASE WHEN j.state = 'running' AND s.workers_in_database = 0 THEN 'waiting' ELSE j.state END AS state,
        j.mode, j.source, j.columns,
-       coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.batch_size, j.workers,
+              coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.prompt, j.batch_size, j.workers,
        j.owner,
        j.rows_done,
        j.rows_truncated,
@@ -568,3 +602,4 @@ COMMENT ON FUNCTION tributary_embed_for(regclass, name, text, text) IS 'Query em
 COMMENT ON FUNCTION tributary._column_models_drop() IS 'Internal: forgets the columns of dropped tables and columns.';
 COMMENT ON EVENT TRIGGER tributary_column_models_drop IS 'Forgets the models of dropped tables and columns (tributary.column_models).';
 COMMENT ON VIEW tributary.jobs IS 'The jobs of the roles you are a member of: state (waiting: running but no worker can serve it now, see waiting_for), mode, rows done, queued and failed, rows per second and seconds left, the workers embedding it, the last error.';
+COMMENT ON FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[], text) IS 'prompt: the model''s prompt to embed with. Creates a job: background workers embed every row of a table (once), or keep embedding new and changed rows (continuous), batch by batch, each batch its own transaction. Table owner only. Needs tributary in shared_preload_libraries.';

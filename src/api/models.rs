@@ -150,7 +150,7 @@ fn metadata_error(e: ManifestError) -> TributaryError {
     let (path, reason, missing) = match e {
         ManifestError::Read { path, reason } => (path, reason, true),
         ManifestError::Parse { path, reason } => (path, reason, false),
-                ManifestError::NoGraph {
+        ManifestError::NoGraph {
             path,
             precision,
             available,

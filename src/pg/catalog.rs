@@ -118,7 +118,7 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
     };
     // As JSON, so that a catalog of an older version (without the columns added since, before
     // ALTER EXTENSION tributary UPDATE) reads with their defaults.
-        let json = Spi::connect(|client| {
+    let json = Spi::connect(|client| {
         let table = client.select(
             "SELECT to_jsonb(m) FROM tributary.models m WHERE m.name = $1",
             Some(1),

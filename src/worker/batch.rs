@@ -184,7 +184,7 @@ fn batch(job: &Job, keys: Option<&str>, claimed_out: &RefCell<Option<String>>) -
         } else {
             VectorType::Vector
         },
-        prompt: None,
+        prompt: job.prompt.as_deref(),
     };
     // (key, text, guard): the guard is what the text is made of; the write checks it did not
     // change meanwhile (continuous jobs: a change queued the row again). Rows and their context

@@ -17,6 +17,8 @@ pub(super) struct Job {
     pub source: pg_sys::Oid,
     pub owner: pg_sys::Oid,
     pub model: String,
+    /// The model's prompt to embed with (0.3.0; NULL before the extension is updated).
+    pub prompt: Option<String>,
     pub batch_size: i32,
     pub halfvec: bool,
     /// Whole rows (`columns => '{*}'`): how the rows become text.
@@ -180,8 +182,8 @@ fn load_job(id: i64) -> Option<Job> {
         )?;
         let rows = c.select(
             "SELECT name, source::oid, owner::oid, model, batch_size, target_type = 'halfvec', row_options::text, \
-                    claim_sql, claim_keys_sql, select_sql, write_sql \
-               FROM tributary._jobs WHERE id = $1 AND state = 'running'",
+                                        claim_sql, claim_keys_sql, select_sql, write_sql, pg_catalog.to_jsonb(j) ->> 'prompt' \
+               FROM tributary._jobs j WHERE id = $1 AND state = 'running'",
             None,
             &[id.into()],
         )?;
@@ -203,7 +205,8 @@ fn load_job(id: i64) -> Option<Job> {
                 claim_sql: r.get(8)?.unwrap_or_default(),
                 claim_keys_sql: r.get(9)?.unwrap_or_default(),
                 select_sql: r.get(10)?.unwrap_or_default(),
-                write_sql: r.get(11)?.unwrap_or_default(),
+                                write_sql: r.get(11)?.unwrap_or_default(),
+                prompt: r.get(12)?,
             });
         }
         Ok::<_, pgrx::spi::Error>(job)

@@ -299,3 +299,52 @@ def test_continuous_job_under_concurrent_updates_ends_with_current_text(cluster)
                           "OR (embedding <=> tributary_embed(body)) > 1e-5").fetchone()[0]
         assert stale == 0
         c.execute("SELECT tributary_job_drop(%s)", (job_id,))
+
+
+def test_job_prompt_truncation_count_and_the_columns_model(cluster):
+    """A job embeds with the model's prompt, counts truncated texts in the jobs view, records its
+    target column's model, and a second model for that column is refused (22023)."""
+    dsn = cluster["dsn"]
+
+    def full(job_id):
+        with connect(dsn) as c:
+            cur = c.execute("SELECT * FROM tributary.jobs WHERE id = %s", (job_id,))
+            return dict(zip([d.name for d in cur.description], cur.fetchone()))
+
+    with connect(dsn) as c:
+        c.execute("SELECT tributary_job_drop(id) FROM tributary.jobs WHERE source::text = 'manpages'")
+        c.execute("DROP TABLE IF EXISTS manpages")
+        c.execute("SELECT tributary_register_model('minilm-prompts', 'all-MiniLM-L6-v2', "
+                  "prompts => '{\"query\": \"query: \", \"passage\": \"passage: \"}')")
+        c.execute("CREATE TABLE manpages (id int PRIMARY KEY, body text, embedding vector(384))")
+        c.execute("INSERT INTO manpages SELECT g, CASE WHEN g % 5 = 0 THEN repeat('option ' || g || ' sets the mode. ', 80) "
+                  "ELSE 'short page ' || g END FROM generate_series(1, 50) g")
+        with pytest.raises(psycopg.errors.UndefinedObject):
+            c.execute("SELECT tributary_job_create('manpages', '{body}', model => 'minilm-prompts', prompt => 'document')")
+        job_id = c.execute("SELECT tributary_job_create('manpages', '{body}', model => 'minilm-prompts', "
+                           "prompt => 'passage', mode => 'continuous')").fetchone()[0]
+    j = wait_until(full, job_id, lambda j: j["rows_done"] == 50 and j["rows_queued"] == 0, 300, "50 rows")
+    assert j["prompt"] == "passage"
+    assert j["rows_truncated"] == 10, j
+    with connect(dsn) as c:
+        c.execute("INSERT INTO manpages VALUES (51, repeat('a long new page ', 200))")
+    j = wait_until(full, job_id, lambda j: j["rows_done"] == 51 and j["rows_queued"] == 0, 300, "51 rows")
+    assert j["rows_truncated"] == 11, j
+    with connect(dsn) as c:
+        # The vectors are the prompt's.
+        worst = c.execute("SELECT max(embedding <=> tributary_embed(body, 'minilm-prompts', prompt => 'passage')) "
+                          "FROM manpages").fetchone()[0]
+        assert worst < 1e-5
+        model, prompt, by = c.execute("SELECT model, prompt, filled_by FROM tributary.column_models "
+                                      "WHERE relid = 'manpages'::regclass AND attname = 'embedding'").fetchone()
+        assert (model, prompt, by) == ("minilm-prompts", "passage", "a job of postgres")
+        # Queries by the column use its model with the query prompt.
+        assert c.execute("SELECT tributary_embed_for('manpages', 'embedding', 'the mode') "
+                         "<=> tributary_embed('the mode', 'minilm-prompts', prompt => 'query') < 1e-6").fetchone()[0]
+        # Another model for the same column: refused, before anything is written.
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+            c.execute("SELECT tributary_embed_column('manpages', '{body}', 'embedding')")
+        assert "minilm-prompts" in str(e.value)
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            c.execute("SELECT tributary_job_create('manpages', '{body}', name => 'again')")
+        c.execute("SELECT tributary_job_drop(%s)", (job_id,))

@@ -56,7 +56,7 @@ pub enum ManifestError {
     Parse { path: PathBuf, reason: String },
     /// A well-formed description of something tributary does not run (max pooling, a graph
     /// for a precision the directory lacks, ...). The extension reports it as 0A000.
-        #[error("model in \"{}\" is not supported: {reason}", path.display())]
+    #[error("model in \"{}\" is not supported: {reason}", path.display())]
     Unsupported { path: PathBuf, reason: String },
     /// The directory has no graph of the precision asked for; `available` says what it has
     /// (or the files looked for). The extension reports it as 22023.
@@ -311,7 +311,7 @@ impl SentenceTransformers {
         let graph = candidates
             .iter()
             .find(|f| dir.join(f).is_file())
-                        .ok_or_else(|| ManifestError::NoGraph {
+            .ok_or_else(|| ManifestError::NoGraph {
                 path: dir.to_owned(),
                 precision: precision.to_owned(),
                 available: format!(
@@ -358,13 +358,11 @@ impl ModelSpec {
             return SentenceTransformers::read(dir, precision, max_length);
         }
         let m = Manifest::from_dir(dir)?;
-        let graph = m
-            .graph(precision)
-                        .ok_or_else(|| ManifestError::NoGraph {
-                path: dir.to_owned(),
-                precision: precision.to_owned(),
-                available: format!("Its tributary.json lists: {}.", m.graphs().join(", ")),
-            })?;
+        let graph = m.graph(precision).ok_or_else(|| ManifestError::NoGraph {
+            path: dir.to_owned(),
+            precision: precision.to_owned(),
+            available: format!("Its tributary.json lists: {}.", m.graphs().join(", ")),
+        })?;
         Ok(ModelSpec {
             layout: Layout::Tributary,
             dimension: m.dimension,
@@ -468,7 +466,7 @@ mod tests {
             "config_sentence_transformers.json",
             r#"{"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": null}"#,
         );
-                assert!(matches!(
+        assert!(matches!(
             ModelSpec::from_dir(&dir, "fp32", None),
             Err(ManifestError::NoGraph { .. })
         ));
