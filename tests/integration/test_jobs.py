@@ -347,4 +347,22 @@ def test_job_prompt_truncation_count_and_the_columns_model(cluster):
         assert "minilm-prompts" in str(e.value)
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             c.execute("SELECT tributary_job_create('manpages', '{body}', name => 'again')")
-        c.execute("SELECT tributary_job_drop(%s)", (job_id,))
+    # Under tributary.truncation = error (the server's value, which jobs read), a long row is a
+    # failed row with 22001 in tributary.job_errors, and the job goes on with the others.
+    with connect(dsn) as c:
+        c.execute("ALTER SYSTEM SET tributary.truncation = 'error'")
+        c.execute("SELECT pg_reload_conf()")
+    try:
+        time.sleep(1.0)
+        with connect(dsn) as c:
+            c.execute("INSERT INTO manpages VALUES (52, repeat('too long ', 400)), (53, 'a short page')")
+        j = wait_until(full, job_id, lambda j: j["rows_done"] == 52 and j["rows_failed"] == 1, 300, "52 rows, 1 failed")
+        assert j["state"] == "running" and j["rows_truncated"] == 11, j
+        with connect(dsn) as c:
+            errs = c.execute("SELECT key, sqlstate FROM tributary.job_errors WHERE job_id = %s", (job_id,)).fetchall()
+        assert errs == [({"id": 52}, "22001")], errs
+    finally:
+        with connect(dsn) as c:
+            c.execute("ALTER SYSTEM RESET tributary.truncation")
+            c.execute("SELECT pg_reload_conf()")
+            c.execute("SELECT tributary_job_drop(%s)", (job_id,))
