@@ -42,7 +42,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tributary_engine::{
-    self as engine, Embedder, EmbedderConfig, Embeddings, Manifest, ProviderChoice,
+    self as engine, Embedder, EmbedderConfig, Embeddings, Layout, ModelSpec, Pooling,
+    ProviderChoice,
 };
 
 /// What the benchmark needs from a model directory's `tributary.json`, as paths.
@@ -57,24 +58,32 @@ struct ModelInfo {
     /// The dynamically quantized int8 graph, when the export wrote one.
     int8: Option<PathBuf>,
     tokenizer: PathBuf,
+    /// Pooling done by the engine (standard exports); `None`: inside the graph.
+    pooling: Option<Pooling>,
+    normalize: bool,
 }
 
-/// Reads `dir/tributary.json`; no fp32 graph is an error, as `tributary_register_model()` makes it.
+/// Reads the model directory in either layout (`tributary.json`, or a standard
+/// sentence-transformers export pooled by the engine) as `tributary_register_model()` does; no
+/// fp32 graph is an error.
 fn read_model_info(dir: &Path) -> ModelInfo {
-    let meta = Manifest::from_dir(dir).unwrap_or_else(|e| die(&e.to_string()));
-    let graph = |precision: &str| meta.graph(precision).map(|f| dir.join(f));
+    let spec = ModelSpec::from_dir(dir, "fp32", None).unwrap_or_else(|e| die(&e.to_string()));
+    let graph = |precision: &str| {
+        ModelSpec::from_dir(dir, precision, None)
+            .ok()
+            .map(|s| dir.join(s.graph))
+    };
     ModelInfo {
-        dimension: meta.dimension,
-        max_length: meta.max_length,
-        fp32: graph("fp32").unwrap_or_else(|| {
-            die(&format!(
-                "{}: no fp32 graph in tributary.json",
-                dir.display()
-            ))
-        }),
+        dimension: spec.dimension,
+        max_length: spec.max_length,
+        fp32: dir.join(&spec.graph),
         fp16: graph("fp16"),
         int8: graph("int8"),
-        tokenizer: dir.join(meta.tokenizer()),
+        tokenizer: dir.join(&spec.tokenizer),
+        pooling: (spec.layout == Layout::SentenceTransformers)
+            .then(|| Pooling::parse(&spec.pooling))
+            .flatten(),
+        normalize: spec.normalize,
     }
 }
 
@@ -139,6 +148,8 @@ fn main() {
         info.dimension,
     );
     config.provider = provider;
+    config.pooling = info.pooling;
+    config.normalize = info.normalize;
     config.intra_op_threads = num("threads", 0);
     config.io_binding = match opts.get("io-binding").map(String::as_str).unwrap_or("on") {
         "on" => true,
