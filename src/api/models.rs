@@ -73,64 +73,59 @@ fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB
             .into());
         }
     }
-    let prompts = serde_json::to_string(&spec.prompts)
-        .map_err(|e| TributaryError::Internal(e.to_string()))?;
-    if !catalog_has_prompts()? {
-        // The extension is still at 0.2.0 or older (ALTER EXTENSION tributary UPDATE not run):
-        // its catalog takes tributary's exports only.
-        if spec.layout != crate::engine::Layout::Tributary || !spec.prompts.is_empty() {
-            return Err(TributaryError::UnsupportedModel {
-                path: dir.display().to_string(),
-                reason: "standard exports and prompts need tributary 0.3.0: run ALTER EXTENSION tributary UPDATE".into(),
-            });
-        }
-        Spi::run_with_args(
-            "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (name) DO UPDATE SET path = EXCLUDED.path, onnx_file = EXCLUDED.onnx_file, \
-               tokenizer_file = EXCLUDED.tokenizer_file, dimension = EXCLUDED.dimension, max_length = EXCLUDED.max_length, \
-               pooling = EXCLUDED.pooling, precision = EXCLUDED.precision, sha256 = EXCLUDED.sha256, registered_at = now()",
-            &[
-                name.into(),
-                path.into(),
-                spec.graph.as_str().into(),
-                spec.tokenizer.as_str().into(),
-                (spec.dimension as i32).into(),
-                (spec.max_length as i32).into(),
-                spec.pooling.as_str().into(),
-                precision.into(),
-                spec.sha256.as_deref().into(),
-            ],
-        )
-        .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
-        return Ok(());
-    }
-    Spi::run_with_args(
-        "INSERT INTO tributary.models AS m (name, path, onnx_file, tokenizer_file, dimension, max_length, pooling, precision, sha256, \
-                                            layout, normalize, prompts, default_prompt) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13) \
-         ON CONFLICT (name) DO UPDATE SET path = EXCLUDED.path, onnx_file = EXCLUDED.onnx_file, \
-           tokenizer_file = EXCLUDED.tokenizer_file, dimension = EXCLUDED.dimension, max_length = EXCLUDED.max_length, \
-           pooling = EXCLUDED.pooling, precision = EXCLUDED.precision, sha256 = EXCLUDED.sha256, \
-           layout = EXCLUDED.layout, normalize = EXCLUDED.normalize, prompts = EXCLUDED.prompts, \
-           default_prompt = EXCLUDED.default_prompt, registered_at = now()",
-        &[
-            name.into(),
-            path.into(),
-            spec.graph.as_str().into(),
-            spec.tokenizer.as_str().into(),
-            (spec.dimension as i32).into(),
-            (spec.max_length as i32).into(),
-            spec.pooling.as_str().into(),
-            precision.into(),
-            spec.sha256.as_deref().into(),
+    let mut columns = vec![
+        "path",
+        "onnx_file",
+        "tokenizer_file",
+        "dimension",
+        "max_length",
+        "pooling",
+        "precision",
+        "sha256",
+    ];
+    let mut values: Vec<pgrx::datum::DatumWithOid> = vec![
+        name.into(),
+        path.into(),
+        spec.graph.as_str().into(),
+        spec.tokenizer.as_str().into(),
+        (spec.dimension as i32).into(),
+        (spec.max_length as i32).into(),
+        spec.pooling.as_str().into(),
+        precision.into(),
+        spec.sha256.as_deref().into(),
+    ];
+    if catalog_has_prompts()? {
+        columns.extend(["layout", "normalize", "prompts", "default_prompt"]);
+        values.extend([
             spec.layout.as_str().into(),
             spec.normalize.into(),
-            prompts.as_str().into(),
+            pgrx::JsonB(serde_json::to_value(&spec.prompts).unwrap_or_default()).into(),
             spec.default_prompt.as_deref().into(),
-        ],
-    )
-    .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
+        ]);
+    } else if spec.layout != crate::engine::Layout::Tributary || !spec.prompts.is_empty() {
+        // The extension is still at 0.2.0 or older (ALTER EXTENSION tributary UPDATE not run):
+        // its catalog takes tributary's exports only.
+        return Err(TributaryError::UnsupportedModel {
+            path: dir.display().to_string(),
+            reason: "standard exports and prompts need tributary 0.3.0: run ALTER EXTENSION tributary UPDATE".into(),
+        });
+    }
+    let sql = format!(
+        "INSERT INTO tributary.models AS m (name, {}) VALUES ($1, {}) \
+         ON CONFLICT (name) DO UPDATE SET {}, registered_at = now()",
+        columns.join(", "),
+        (2..=columns.len() + 1)
+            .map(|k| format!("${k}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        columns
+            .iter()
+            .map(|c| format!("{c} = EXCLUDED.{c}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    Spi::run_with_args(&sql, &values)
+        .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
     Ok(())
 }
 

@@ -77,14 +77,7 @@ impl Manifest {
     /// Reads a manifest file. Errors: [`ManifestError::Read`] with the I/O error,
     /// [`ManifestError::Parse`] with serde_json's (line and column included).
     pub fn from_file(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError::Read {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        serde_json::from_str(&text).map_err(|e| ManifestError::Parse {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })
+        read_json(path)
     }
 
     /// The graph file of `precision` (one of [`PRECISIONS`]), if the directory has one.
