@@ -242,3 +242,131 @@ def test_default_model(tmp_path):
         None, {"input_ids": ids, "attention_mask": mask})[0]
     assert cosines(q, out).min() >= 0.98
     assert q[0] @ q[1] > q[0] @ q[2] + 0.2
+
+
+def write_mpnet_checkpoint(d: Path, seed: int = 1) -> Path:
+    """A tiny MPNet checkpoint (pad id 0, the tiny vocabulary's [PAD], so positions start at 1;
+    a relative position bias), with the BERT checkpoint's tokenizer and pooling config."""
+    write_checkpoint(d, "mean", seed=seed)
+    rng = np.random.default_rng(seed)
+    config = {"model_type": "mpnet", "hidden_size": H, "num_attention_heads": HEADS, "num_hidden_layers": LAYERS,
+              "intermediate_size": FF, "max_position_embeddings": MAXPOS + 2, "vocab_size": len(VOCAB),
+              "layer_norm_eps": 1e-5, "hidden_act": "gelu", "pad_token_id": 0, "relative_attention_num_buckets": 32}
+    (d / "config.json").write_text(json.dumps(config))
+
+    def r(*shape, scale=0.2):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w = {"embeddings.word_embeddings.weight": r(len(VOCAB), H), "embeddings.position_embeddings.weight": r(MAXPOS + 2, H),
+         "embeddings.LayerNorm.weight": 1 + r(H, scale=0.1), "embeddings.LayerNorm.bias": r(H, scale=0.1),
+         "encoder.relative_attention_bias.weight": r(32, HEADS, scale=1.0)}
+    for i in range(LAYERS):
+        p = f"encoder.layer.{i}."
+        for n, (o, k) in {"attention.attn.q": (H, H), "attention.attn.k": (H, H), "attention.attn.v": (H, H),
+                          "attention.attn.o": (H, H), "intermediate.dense": (FF, H), "output.dense": (H, FF)}.items():
+            w[p + n + ".weight"] = r(o, k)
+            w[p + n + ".bias"] = r(o, scale=0.1)
+        for n in ("attention.LayerNorm", "output.LayerNorm"):
+            w[p + n + ".weight"] = 1 + r(H, scale=0.1)
+            w[p + n + ".bias"] = r(H, scale=0.1)
+    save_file({"mpnet." + k: v for k, v in w.items()}, str(d / "model.safetensors"))
+    return d
+
+
+def numpy_mpnet(ckpt: Path, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Reference MPNet forward (HF MPNetModel's definition), mean pooling, normalised: positions
+    count the non-padding tokens from pad_id + 1; the T5 bucket of (key - query) picks a bias per
+    head, added to every layer's scores. Independent of the exporter's bucket table."""
+    from math import erf, log, sqrt
+    from safetensors.numpy import load_file
+
+    w = {k.removeprefix("mpnet."): v.astype(np.float64) for k, v in load_file(str(ckpt / "model.safetensors")).items()}
+    pad = 0
+    verf = np.vectorize(erf)
+
+    def bucket(rel):
+        out = 16 if rel > 0 else 0
+        n = abs(rel)
+        return out + (n if n < 8 else min(15, 8 + int(log(n / 8) / log(128 / 8) * 8)))
+
+    def ln(x, p):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * w[p + ".weight"] + w[p + ".bias"]
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    b, s = ids.shape
+    hd = H // HEADS
+    real = (ids != pad).astype(np.int64)
+    positions = np.cumsum(real, axis=1) * real + pad
+    x = ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions],
+           "embeddings.LayerNorm")
+    buckets = np.array([[bucket(k - q) for k in range(s)] for q in range(s)])
+    pos_bias = w["encoder.relative_attention_bias.weight"][buckets].transpose(2, 0, 1)[None]
+    bias = (1.0 - mask[:, None, None, :]) * -1e9 + pos_bias
+    for i in range(LAYERS):
+        p = f"encoder.layer.{i}."
+
+        def heads(t):
+            return t.reshape(b, s, HEADS, hd).transpose(0, 2, 1, 3)
+
+        q, k, v = (heads(lin(x, p + f"attention.attn.{n}")) for n in "qkv")
+        sc = q @ k.transpose(0, 1, 3, 2) / sqrt(hd) + bias
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        ctx = ((sc / sc.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(b, s, H)
+        x = ln(lin(ctx, p + "attention.attn.o") + x, p + "attention.LayerNorm")
+        h = lin(x, p + "intermediate.dense")
+        x = ln(lin(0.5 * h * (1 + verf(h / sqrt(2))), p + "output.dense") + x, p + "output.LayerNorm")
+    pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def test_mpnet_export_matches_numpy_reference(tmp_path):
+    ckpt = write_mpnet_checkpoint(tmp_path / "ckpt")
+    dest = export_model.export(ckpt, tmp_path / "out", "tiny-mpnet", None, None, None, False, False, int8=False)
+    meta = json.loads((dest / "tributary.json").read_text())
+    assert meta["architecture"] == "mpnet" and meta["dimension"] == H
+    ids, mask = padded_batch(ckpt, TEXTS)
+    ref = numpy_mpnet(ckpt, ids.astype(np.int64), mask.astype(np.float64))
+    out = ort.InferenceSession(str(dest / "model.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids, "attention_mask": mask})[0]
+    assert cosines(out, ref).min() >= 0.9999
+
+
+def test_relative_buckets_follow_t5():
+    t = export_model.relative_buckets(200)
+    assert t.shape == (200, 200) and t.dtype == np.int64
+    # Key before the query: lower half; after: upper half; exact below 8, log bins up to 128.
+    assert (t[10, 10], t[10, 7], t[7, 10], t[20, 12], t[150, 0], t[0, 150]) == (0, 3, 19, 8, 15, 31)
+
+
+@pytest.mark.parametrize("arch", ["bert", "mpnet"])
+def test_standard_layout_is_what_optimum_writes(tmp_path, arch):
+    ckpt = write_checkpoint(tmp_path / "ckpt", "mean") if arch == "bert" else write_mpnet_checkpoint(tmp_path / "ckpt")
+    prompts = {"query": "query: ", "passage": "passage: "}
+    dest = export_model.export_standard(ckpt, tmp_path / "out", "st", None, None, None, False, prompts)
+    assert not (dest / "tributary.json").exists()
+    for f in ("onnx/model.onnx", "tokenizer.json", "config.json", "modules.json", "1_Pooling/config.json",
+              "sentence_bert_config.json", "config_sentence_transformers.json"):
+        assert (dest / f).exists(), f
+    assert json.loads((dest / "config_sentence_transformers.json").read_text())["prompts"] == prompts
+    assert json.loads((dest / "sentence_bert_config.json").read_text())["max_seq_length"] == 48
+    assert [m["type"].rsplit(".", 1)[1] for m in json.loads((dest / "modules.json").read_text())] == \
+        ["Transformer", "Pooling", "Normalize"]
+    m = onnx.load(str(dest / "onnx" / "model.onnx"))
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if arch == "bert" else [])
+    assert [i.name for i in m.graph.input] == names
+    assert all(i.type.tensor_type.elem_type == onnx.TensorProto.INT64 for i in m.graph.input)
+    assert [o.name for o in m.graph.output] == ["last_hidden_state"]
+    assert len(m.graph.output[0].type.tensor_type.shape.dim) == 3
+    # Pooled and normalised outside the graph, it gives the native export's (and the reference's) vectors.
+    ids, mask = padded_batch(ckpt, TEXTS)
+    pooled = export_model.run_standard(dest / "onnx" / "model.onnx", {"input_ids": ids, "attention_mask": mask}, "mean")
+    ref = numpy_bert(ckpt, ids.astype(np.int64), mask.astype(np.float64), "mean") if arch == "bert" \
+        else numpy_mpnet(ckpt, ids.astype(np.int64), mask.astype(np.float64))
+    assert cosines(pooled, ref).min() >= 0.9999
+    # A second run with the same weights is skipped.
+    again = export_model.export_standard(ckpt, tmp_path / "out", "st", None, None, None, False, prompts)
+    assert again == dest
