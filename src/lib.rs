@@ -46,6 +46,13 @@ pgrx::extension_sql_file!(
     requires = ["bootstrap", api::embed::tributary_embed_text_0_3]
 );
 
+// Chunk jobs: a text column as chunks in a chunk table, embedded by a job (see the file's header).
+pgrx::extension_sql_file!(
+    "../sql/chunks.sql",
+    name = "chunks",
+    requires = ["jobs", api::chunk::tributary_chunk]
+);
+
 // COMMENT ON for every object of the extension, after all of them exist.
 pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 

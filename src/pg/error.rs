@@ -151,6 +151,12 @@ impl From<TributaryError> for ErrorReport {
                 Some("Set tributary.execution_provider to auto or cpu, or install the onnxruntime-gpu library."),
             ),
             T::Engine(E::Ort(_)) => report(PgSqlErrorCode::ERRCODE_EXTERNAL_ROUTINE_EXCEPTION, None, None),
+            T::Engine(E::InvalidChunking(_)) => report(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, None, None),
+            T::Engine(E::TextTooLong { .. }) => report(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                None,
+                Some("Split the text first (for example by paragraphs in SQL), then chunk each part."),
+            ),
             T::Engine(E::ModelMismatch(_)) => report(
                 PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
                 None,

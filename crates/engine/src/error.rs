@@ -39,6 +39,14 @@ pub enum Error {
     #[error("out of memory: could not allocate {bytes} bytes")]
     OutOfMemory { bytes: usize },
 
+    /// Chunking arguments that cannot work (chunk size 0, overlap not smaller than the chunk).
+    #[error("{0}")]
+    InvalidChunking(String),
+
+    /// A text longer than one call takes (`limit` bytes).
+    #[error("text of {bytes} bytes is longer than the {limit} bytes one call takes")]
+    TextTooLong { bytes: usize, limit: usize },
+
     /// The model ran but its output is not what its catalog entry promises (e.g. dimension).
     #[error("model output does not match its description: {0}")]
     ModelMismatch(String),

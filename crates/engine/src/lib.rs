@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod binding;
+pub mod chunk;
 pub mod embeddings;
 pub mod error;
 pub mod interface;

@@ -145,6 +145,11 @@ impl TextTokenizer {
             .map_or(0, |p| p.added_tokens(false))
     }
 
+    /// The Hugging Face tokenizer (truncation at the window set, no padding), for the chunker.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
     /// Token id used for padding (`[PAD]`, else 0). Padded positions are masked out anyway.
     pub fn pad_id(&self) -> i32 {
         self.pad_id
