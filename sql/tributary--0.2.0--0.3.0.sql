@@ -28,6 +28,20 @@ DROP FUNCTION tributary_embed_column(regclass, text[], name, text, integer, text
 DROP FUNCTION tributary_info(text);
 DROP FUNCTION tributary_register_model(text, text, text);
 DROP FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[]);
+CREATE  FUNCTION "tributary_chunk"(
+	"text" TEXT, /* Option < & str > */
+	"model" TEXT DEFAULT NULL, /* Option < & str > */
+	"chunk_tokens" INT DEFAULT NULL, /* Option < i32 > */
+	"overlap_tokens" INT DEFAULT 0 /* Option < i32 > */
+) RETURNS TABLE (
+	"seq" INT,  /* i32 */
+	"chunk" TEXT,  /* String */
+	"start_char" INT,  /* i32 */
+	"end_char" INT  /* i32 */
+)
+STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'tributary_chunk_wrapper';
 CREATE  FUNCTION "tributary_embed"(
 	"text" TEXT, /* Option < & str > */
 	"model" TEXT DEFAULT NULL, /* Option < & str > */
@@ -588,6 +602,132 @@ CROSS JOIN LATERAL (
 WHERE pg_has_role(j.owner, 'USAGE');
 GRANT SELECT ON tributary.jobs TO PUBLIC;
 
+-- Chunk jobs (sql/chunks.sql, whole).
+CREATE FUNCTION tributary_chunk_job_create(
+    source         regclass,
+    text_column    name,
+    chunk_table    text,
+    model          text DEFAULT NULL,
+    chunk_tokens   integer DEFAULT NULL,
+    overlap_tokens integer DEFAULT 0,
+    prompt         text DEFAULT NULL,
+    name           text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+DECLARE
+    ext      text := (SELECT quote_ident(n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+                       WHERE e.extname = 'tributary');
+    m        tributary.models;
+    pk       text[];
+    pk_def   text;
+    src      text := source::text;
+    tgt      regclass;
+    tgt_name text;
+    job      bigint;
+    fn       text;
+    new_k    text;
+    chunk_args text;
+BEGIN
+    IF source IS NULL OR text_column IS NULL OR chunk_table IS NULL THEN
+        RAISE EXCEPTION 'source, text_column and chunk_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = source), 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', src USING ERRCODE = 'insufficient_privilege',
+            HINT = 'A chunk job puts a trigger on the source table: its owner makes it.';
+    END IF;
+    IF (SELECT relkind FROM pg_class WHERE oid = source) NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', src USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = source AND attname = text_column AND attnum > 0 AND NOT attisdropped) THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', text_column, src USING ERRCODE = 'undefined_column';
+    END IF;
+    SELECT * INTO m FROM tributary.models x WHERE x.name = coalesce(model, current_setting('tributary.model'));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'model "%" does not exist', coalesce(model, current_setting('tributary.model'))
+            USING ERRCODE = 'undefined_object',
+            HINT = 'Registered models are listed in tributary.models; see tributary_register_model().';
+    END IF;
+    -- 22023 for bad sizes, from the function the trigger uses.
+    EXECUTE format('SELECT count(*) FROM %s.tributary_chunk(%L, %L, %s, %s)', ext, 'x', m.name,
+                   coalesce(chunk_tokens::text, 'NULL'), coalesce(overlap_tokens, 0));
+    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord),
+           string_agg(format('%I %s NOT NULL', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY k.ord)
+      INTO pk, pk_def
+      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = source AND i.indisprimary;
+    IF pk IS NULL THEN
+        RAISE EXCEPTION 'table % has no primary key', src USING ERRCODE = 'invalid_table_definition',
+            HINT = 'Chunks are kept by the source row''s primary key.';
+    END IF;
+    -- An unqualified name is in the source's schema (as a job's target_table).
+    IF cardinality(parse_ident(chunk_table)) = 1 THEN
+        chunk_table := format('%I.%I', (SELECT n.nspname FROM pg_namespace n JOIN pg_class r ON r.relnamespace = n.oid
+                                         WHERE r.oid = source), (parse_ident(chunk_table))[1]);
+    ELSE
+        chunk_table := (SELECT string_agg(quote_ident(x), '.') FROM unnest(parse_ident(chunk_table)) x);
+    END IF;
+    IF to_regclass(chunk_table) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%" already exists', chunk_table USING ERRCODE = 'duplicate_table',
+            HINT = 'A chunk job creates its chunk table; name a new one.';
+    END IF;
+    chunk_args := format('%L, %s, %s', m.name, coalesce(chunk_tokens::text, 'NULL'), coalesce(overlap_tokens, 0));
+
+    -- No write to the source between the initial fill and the trigger.
+    EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', src);
+    EXECUTE format('CREATE TABLE %s (%s, chunk_seq integer NOT NULL, chunk text NOT NULL, start_char integer NOT NULL, '
+                   'end_char integer NOT NULL, embedding %s, PRIMARY KEY (%s, chunk_seq), '
+                   'FOREIGN KEY (%s) REFERENCES %s ON DELETE CASCADE ON UPDATE CASCADE)',
+                   chunk_table, pk_def, tributary._vector_type('vector') || format('(%s)', m.dimension),
+                   array_to_string(pk, ', '), array_to_string(pk, ', '), src);
+    tgt := to_regclass(chunk_table);
+    tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
+    EXECUTE format('INSERT INTO %s (%s, chunk_seq, chunk, start_char, end_char) '
+                   'SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s AS t, %s.tributary_chunk(t.%I, %s) AS k',
+                   tgt_name, array_to_string(pk, ', '),
+                   (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p), src, ext, text_column, chunk_args);
+
+    job := @extschema@.tributary_job_create(tgt, '{chunk}', 'embedding', model => m.name, mode => 'continuous',
+                                prompt => prompt, name => coalesce(name, format('chunks of %s.%s', src, text_column)));
+
+    -- The trigger: NEW's chunks replace its old ones.
+    fn := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt),
+                 'tributary_chunks_' || job);
+    new_k := (SELECT string_agg('NEW.' || p, ', ') FROM unnest(pk) p);
+    EXECUTE format($f$CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp AS $body$
+        BEGIN
+            DELETE FROM %s WHERE (%s) = (%s);
+            INSERT INTO %s (%s, chunk_seq, chunk, start_char, end_char)
+            SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s.tributary_chunk(NEW.%I, %s) AS k;
+            RETURN NULL;
+        END $body$$f$,
+        fn, tgt_name, array_to_string(pk, ', '), new_k, tgt_name, array_to_string(pk, ', '), new_k, ext, text_column, chunk_args);
+    EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn);
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %I ON %s FOR EACH ROW EXECUTE FUNCTION %s()',
+                   'tributary_chunks_' || job, text_column, src, fn);
+    EXECUTE format('COMMENT ON FUNCTION %s() IS %L', fn,
+                   format('tributary chunk job %s: keeps %s in step with %s.%s', job, tgt_name, src, text_column));
+    RETURN job;
+END $fn$;
+
+-- tributary_chunk_job_drop(job): drops a chunk job: its embedding job, and its trigger and
+-- trigger function on the source (the chunk table is left, with its rows). Errors as
+-- tributary_job_drop (42704 not your job).
+CREATE FUNCTION tributary_chunk_job_drop(job bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t record;
+BEGIN
+    PERFORM @extschema@.tributary_job_drop(job);
+    FOR t IN SELECT tg.tgrelid::regclass AS rel, tg.tgname, tg.tgfoid::regprocedure AS fn FROM pg_trigger tg
+              WHERE tg.tgname = 'tributary_chunks_' || job LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
+        EXECUTE format('DROP FUNCTION %s', t.fn);
+    END LOOP;
+END $$;
+
 -- Comments of the new and re-created objects (sql/comments.sql).
 COMMENT ON FUNCTION tributary_embed(text, text, text) IS 'Embedding of one text with a model (default: tributary.model) and one of its prompts (default: its default prompt): vector of the model''s dimension, unit L2 norm; NULL in, NULL out. Longer than the window: truncated, as tributary.truncation says. Errors: 42704 unknown model or prompt, 22001 truncation under tributary.truncation = error, 58P01 missing files, 38000 ONNX Runtime failure.';
 COMMENT ON FUNCTION tributary_embed(text[], text, text) IS 'Embeddings of many texts in one batched call: vector[] in the same order, NULL elements stay NULL. At most tributary.max_texts_per_call texts (54000 beyond).';
@@ -603,3 +743,6 @@ COMMENT ON FUNCTION tributary._column_models_drop() IS 'Internal: forgets the co
 COMMENT ON EVENT TRIGGER tributary_column_models_drop IS 'Forgets the models of dropped tables and columns (tributary.column_models).';
 COMMENT ON VIEW tributary.jobs IS 'The jobs of the roles you are a member of: state (waiting: running but no worker can serve it now, see waiting_for), mode, rows done, queued and failed, rows per second and seconds left, the workers embedding it, the last error.';
 COMMENT ON FUNCTION tributary_job_create(regclass, text[], name, text, text, text, integer, integer, text, text[], integer, integer, text[], text) IS 'prompt: the model''s prompt to embed with. Creates a job: background workers embed every row of a table (once), or keep embedding new and changed rows (continuous), batch by batch, each batch its own transaction. Table owner only. Needs tributary in shared_preload_libraries.';
+COMMENT ON FUNCTION tributary_chunk(text, text, integer, integer) IS 'A long text as chunks that fit the model''s window, by its tokenizer, with overlap, on paragraph and sentence boundaries where possible: seq, chunk, start_char, end_char (0-based, end exclusive). 22023 for a chunk size below 1 or over the window, or an overlap not smaller than it.';
+COMMENT ON FUNCTION tributary_chunk_job_create(regclass, name, text, text, integer, integer, text, text) IS 'Creates a chunk table for a text column (one row per chunk, kept in step with the source by a trigger) and a continuous job that embeds the chunks; returns the job id.';
+COMMENT ON FUNCTION tributary_chunk_job_drop(bigint) IS 'Drops a chunk job: its embedding job and its trigger on the source (the chunk table stays).';
