@@ -366,3 +366,58 @@ def test_job_prompt_truncation_count_and_the_columns_model(cluster):
             c.execute("ALTER SYSTEM RESET tributary.truncation")
             c.execute("SELECT pg_reload_conf()")
             c.execute("SELECT tributary_job_drop(%s)", (job_id,))
+
+
+def test_chunk_job_keeps_chunks_embedded_as_the_source_changes(cluster):
+    """A chunk job on real long documents: every chunk embedded by the workers with the model's
+    vectors, then kept in step with inserts, rewrites and deletes of the source, by another role's
+    writes too; no chunk is past the window."""
+    dsn = cluster["dsn"]
+    man = [p for p in sorted(os.listdir("/usr/share/man/man1")) if p.endswith(".1.gz")][:400]
+
+    def page(name):
+        import gzip
+        with gzip.open(os.path.join("/usr/share/man/man1", name), "rt", errors="replace") as f:
+            return f.read()
+
+    texts = [t for t in (page(p) for p in man) if 4000 <= len(t) <= 40000 and not t.lstrip().startswith(".so ")][:12]
+    assert len(texts) == 12
+    with connect(dsn) as c:
+        c.execute("SELECT tributary_chunk_job_drop(id) FROM tributary.jobs WHERE source::text = 'pages_chunks'")
+        c.execute("DROP TABLE IF EXISTS pages_chunks, pages")
+        c.execute("DROP ROLE IF EXISTS page_writer")
+        c.execute("CREATE TABLE pages (id int PRIMARY KEY, body text)")
+        for i, t in enumerate(texts, 1):
+            c.execute("INSERT INTO pages VALUES (%s, %s)", (i, t))
+        job_id = c.execute("SELECT tributary_chunk_job_create('pages', 'body', 'pages_chunks', "
+                           "chunk_tokens => 200, overlap_tokens => 20)").fetchone()[0]
+        n = c.execute("SELECT count(*) FROM pages_chunks").fetchone()[0]
+        assert n > 12 * 2, n
+    j = wait_for(dsn, job_id, lambda j: j["rows_done"] >= n and j["rows_queued"] == 0, 600, f"{n} chunks")
+    assert j["state"] == "running" and j["rows_failed"] == 0, j
+    with connect(dsn) as c:
+        worst, missing, longest = c.execute(
+            "SELECT max(embedding <=> tributary_embed(chunk)), count(*) FILTER (WHERE embedding IS NULL), "
+            "max(cardinality(tributary_tokenize(chunk))) FROM pages_chunks").fetchone()
+        assert missing == 0 and worst < 1e-5 and longest <= 256, (worst, missing, longest)
+        c.execute("CREATE ROLE page_writer")
+        c.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON pages TO page_writer")
+    # Changes, some by a role with no rights on the chunk table.
+    with connect(dsn) as c:
+        c.execute("SET ROLE page_writer")
+        c.execute("UPDATE pages SET body = 'Rewritten to one short chunk.' WHERE id = 1")
+        c.execute("DELETE FROM pages WHERE id = 2")
+        c.execute("INSERT INTO pages VALUES (13, %s)", (texts[0],))
+    with connect(dsn) as c:
+        expected = c.execute("SELECT count(*) FROM pages p, tributary_chunk(p.body, chunk_tokens => 200, overlap_tokens => 20)").fetchone()[0]
+        assert c.execute("SELECT count(*) FROM pages_chunks").fetchone()[0] == expected
+        assert c.execute("SELECT count(*) FROM pages_chunks WHERE id = 2").fetchone()[0] == 0
+        assert c.execute("SELECT array_agg(chunk) FROM pages_chunks WHERE id = 1").fetchone()[0] == ["Rewritten to one short chunk."]
+    wait_until(lambda i: query(dsn, "SELECT count(*) FILTER (WHERE embedding IS NULL) FROM pages_chunks")[0][0],
+               None, lambda missing: missing == 0, 300, "the changed chunks embedded")
+    with connect(dsn) as c:
+        # A search over the chunks finds the rewritten page by its new text.
+        assert c.execute("SELECT id FROM pages_chunks ORDER BY embedding <=> tributary_embed('Rewritten to one short chunk.') "
+                         "LIMIT 1").fetchone()[0] == 1
+        c.execute("SELECT tributary_chunk_job_drop(%s)", (job_id,))
+        assert c.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass AND NOT tgisinternal").fetchone()[0] == 0
