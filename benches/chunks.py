@@ -3,8 +3,9 @@
 manual pages (section 1, rendered to plain text by man/groff).
 
 For each of N documents longer than three windows of the model, a query is a sentence from
-beyond the first window (so the truncated vector never saw it): one line of 60 to 200
-characters, taken verbatim from the document's third chunk or later. Each query is run twice:
+beyond the first window (so the truncated vector never saw it): a sentence of 60 to 200
+characters, verbatim (line wraps joined), from the document's third chunk or later, that no other
+of the documents contains. Each query is run twice:
 - truncated: documents ranked by `embedding <=> tributary_embed(query)` over `docs.embedding`,
   one vector per document of its first 256 tokens (what tributary_embed_column writes);
 - chunks: documents ranked by their best chunk, `min(embedding <=> query)` over `doc_chunks`
@@ -93,14 +94,19 @@ def main() -> int:
             (a.model,)).fetchone()
         n_chunks = c.execute("SELECT count(*) FROM doc_chunks").fetchone()[0]
 
-        # Queries: one line of 60-200 characters from the third chunk on (past the first window).
+        # Queries: a sentence of 60-200 characters from the third chunk on (past the first window),
+        # line wraps joined, that no other document contains (boilerplate such as "display this help
+        # and exit" would have no one right answer).
+        bodies = dict(c.execute("SELECT id, regexp_replace(body, '\\s+', ' ', 'g') FROM docs").fetchall())
         queries = []
-        for doc_id, in c.execute("SELECT id FROM docs ORDER BY id").fetchall():
+        for doc_id in sorted(bodies):
             rows = c.execute("SELECT chunk FROM doc_chunks WHERE doc_id = %s AND seq >= 3 ORDER BY seq",
                              (doc_id,)).fetchall()
-            lines = [ln.strip() for (chunk,) in rows for ln in chunk.split("\n") if 60 <= len(ln.strip()) <= 200]
-            if lines:
-                queries.append((doc_id, lines[len(lines) // 2]))
+            sentences = [x.strip() for (chunk,) in rows
+                         for x in re.split(r"(?<=[.!?])\s+", re.sub(r"\s+", " ", chunk)) if 60 <= len(x.strip()) <= 200]
+            unique = [x for x in sentences if sum(x in b for b in bodies.values()) == 1]
+            if unique:
+                queries.append((doc_id, unique[len(unique) // 2]))
         hits = {"truncated": [0, 0], "chunks": [0, 0]}
         for doc_id, q in queries:
             qv = c.execute("SELECT tributary_embed(%s, %s)::text", (q, a.model)).fetchone()[0]
@@ -114,7 +120,7 @@ def main() -> int:
                 hits[key][1] += doc_id in ranked
     n = len(queries)
     print(f"{len(docs)} manual pages (section 1), {tokens} tokens ({truncated} documents longer than the 256-token window), "
-          f"{n_chunks} chunks; model {a.model}; {n} queries (a sentence from the third chunk or later)")
+          f"{n_chunks} chunks; model {a.model}; {n} queries (a sentence from the third chunk or later, found in no other document)")
     print(f"embedding: documents {t2 - t1:.1f} s, chunks {t3 - t2:.1f} s; whole run {time.time() - t0:.0f} s")
     print("| search | recall@1 | recall@5 |")
     print("|---|---|---|")
