@@ -67,43 +67,54 @@ def write_checkpoint(d: Path, pooling: str, prefix: str = "", seed: int = 0) -> 
     return d
 
 
+def layer_norm(w, x, p, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w[p + ".weight"] + w[p + ".bias"]
+
+
+def linear(w, x, p):
+    return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+
+def numpy_layers(w, x, bias, names, eps):
+    """Post-LN transformer layers as BERT and MPNet define them: scaled dot-product attention
+    (+ `bias`: the padding mask, and MPNet's position bias) with residual and LayerNorm, then an
+    erf-GELU feed-forward with residual and LayerNorm. `names`: q, k, v, o and the attention
+    LayerNorm's weight names under `encoder.layer.{i}.`."""
+    from math import erf, sqrt
+
+    verf = np.vectorize(erf)
+    b, s, _ = x.shape
+    hd = H // HEADS
+
+    def heads(t):
+        return t.reshape(b, s, HEADS, hd).transpose(0, 2, 1, 3)
+
+    for i in range(LAYERS):
+        p = f"encoder.layer.{i}."
+        q, k, v = (heads(linear(w, x, p + names[n])) for n in "qkv")
+        sc = q @ k.transpose(0, 1, 3, 2) / sqrt(hd) + bias
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        ctx = ((sc / sc.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(b, s, H)
+        x = layer_norm(w, linear(w, ctx, p + names["o"]) + x, p + names["ln"], eps)
+        h = linear(w, x, p + "intermediate.dense")
+        x = layer_norm(w, linear(w, 0.5 * h * (1 + verf(h / sqrt(2))), p + "output.dense") + x, p + "output.LayerNorm", eps)
+    return x
+
+
 def numpy_bert(ckpt: Path, ids: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
     """Reference BERT forward written from the paper / HF BertModel, independent of the exporter."""
-    from math import erf, sqrt
     from safetensors.numpy import load_file
 
     w = {k.removeprefix("bert."): v.astype(np.float64) for k, v in load_file(str(ckpt / "model.safetensors")).items()}
-    verf = np.vectorize(erf)
-
-    def ln(x, p):
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-12) * w[p + ".weight"] + w[p + ".bias"]
-
-    def lin(x, p):
-        return x @ w[p + ".weight"].T + w[p + ".bias"]
-
-    b, s = ids.shape
-    hd = H // HEADS
+    s = ids.shape[1]
     x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:s] \
         + w["embeddings.token_type_embeddings.weight"][0]
-    x = ln(x, "embeddings.LayerNorm")
-    bias = (1.0 - mask[:, None, None, :]) * -1e9
-    for i in range(LAYERS):
-        p = f"encoder.layer.{i}."
-
-        def heads(t):
-            return t.reshape(b, s, HEADS, hd).transpose(0, 2, 1, 3)
-
-        q, k, v = (heads(lin(x, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
-        sc = q @ k.transpose(0, 1, 3, 2) / sqrt(hd) + bias
-        sc = np.exp(sc - sc.max(-1, keepdims=True))
-        pr = sc / sc.sum(-1, keepdims=True)
-        ctx = (pr @ v).transpose(0, 2, 1, 3).reshape(b, s, H)
-        x = ln(lin(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
-        h = lin(x, p + "intermediate.dense")
-        h = 0.5 * h * (1 + verf(h / sqrt(2)))
-        x = ln(lin(h, p + "output.dense") + x, p + "output.LayerNorm")
+    x = layer_norm(w, x, "embeddings.LayerNorm", 1e-12)
+    names = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+             "o": "attention.output.dense", "ln": "attention.output.LayerNorm"}
+    x = numpy_layers(w, x, (1.0 - mask[:, None, None, :]) * -1e9, names, 1e-12)
     if pooling == "mean":
         pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
     else:
@@ -277,48 +288,27 @@ def numpy_mpnet(ckpt: Path, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Reference MPNet forward (HF MPNetModel's definition), mean pooling, normalised: positions
     count the non-padding tokens from pad_id + 1; the T5 bucket of (key - query) picks a bias per
     head, added to every layer's scores. Independent of the exporter's bucket table."""
-    from math import erf, log, sqrt
+    from math import log
     from safetensors.numpy import load_file
 
     w = {k.removeprefix("mpnet."): v.astype(np.float64) for k, v in load_file(str(ckpt / "model.safetensors")).items()}
     pad = 0
-    verf = np.vectorize(erf)
 
     def bucket(rel):
         out = 16 if rel > 0 else 0
         n = abs(rel)
         return out + (n if n < 8 else min(15, 8 + int(log(n / 8) / log(128 / 8) * 8)))
 
-    def ln(x, p):
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-5) * w[p + ".weight"] + w[p + ".bias"]
-
-    def lin(x, p):
-        return x @ w[p + ".weight"].T + w[p + ".bias"]
-
-    b, s = ids.shape
-    hd = H // HEADS
+    s = ids.shape[1]
     real = (ids != pad).astype(np.int64)
     positions = np.cumsum(real, axis=1) * real + pad
-    x = ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions],
-           "embeddings.LayerNorm")
+    x = layer_norm(w, w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions],
+                   "embeddings.LayerNorm", 1e-5)
     buckets = np.array([[bucket(k - q) for k in range(s)] for q in range(s)])
     pos_bias = w["encoder.relative_attention_bias.weight"][buckets].transpose(2, 0, 1)[None]
-    bias = (1.0 - mask[:, None, None, :]) * -1e9 + pos_bias
-    for i in range(LAYERS):
-        p = f"encoder.layer.{i}."
-
-        def heads(t):
-            return t.reshape(b, s, HEADS, hd).transpose(0, 2, 1, 3)
-
-        q, k, v = (heads(lin(x, p + f"attention.attn.{n}")) for n in "qkv")
-        sc = q @ k.transpose(0, 1, 3, 2) / sqrt(hd) + bias
-        sc = np.exp(sc - sc.max(-1, keepdims=True))
-        ctx = ((sc / sc.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(b, s, H)
-        x = ln(lin(ctx, p + "attention.attn.o") + x, p + "attention.LayerNorm")
-        h = lin(x, p + "intermediate.dense")
-        x = ln(lin(0.5 * h * (1 + verf(h / sqrt(2))), p + "output.dense") + x, p + "output.LayerNorm")
+    names = {"q": "attention.attn.q", "k": "attention.attn.k", "v": "attention.attn.v",
+             "o": "attention.attn.o", "ln": "attention.LayerNorm"}
+    x = numpy_layers(w, x, (1.0 - mask[:, None, None, :]) * -1e9 + pos_bias, names, 1e-5)
     pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
     return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
