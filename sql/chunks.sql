@@ -44,8 +44,8 @@ DECLARE
     new_k    text;
     chunk_args text;
 BEGIN
-    IF source IS NULL OR text_column IS NULL OR chunk_table IS NULL THEN
-        RAISE EXCEPTION 'source, text_column and chunk_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    IF source IS NULL OR text_column IS NULL OR chunk_table IS NULL OR overlap_tokens IS NULL THEN
+        RAISE EXCEPTION 'source, text_column, chunk_table and overlap_tokens must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = source), 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', src USING ERRCODE = 'insufficient_privilege',

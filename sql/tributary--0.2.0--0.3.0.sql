@@ -97,9 +97,9 @@ STABLE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tributary_info_0_3_wrapper';
 CREATE  FUNCTION "tributary_register_model"(
-	"name" TEXT, /* & str */
-	"path" TEXT, /* & str */
-	"precision" TEXT DEFAULT 'fp32', /* & str */
+	"name" TEXT, /* Option < & str > */
+	"path" TEXT, /* Option < & str > */
+	"precision" TEXT DEFAULT 'fp32', /* Option < & str > */
 	"prompts" jsonb DEFAULT NULL /* Option < pgrx :: JsonB > */
 ) RETURNS void
 VOLATILE PARALLEL UNSAFE 
@@ -160,10 +160,10 @@ REVOKE ALL ON FUNCTION tributary._bind_column(regclass, name, text, text, text) 
 
 -- tributary_forget_column(tbl, col) -> boolean: forgets which model filled the column (after
 -- emptying it, to fill it with another model). Table owners only (42501); false when nothing was
--- recorded. SECURITY INVOKER: the caller's DELETE on tributary.column_models is limited by a
+-- recorded; NULL in, NULL out. SECURITY INVOKER: the caller's DELETE on tributary.column_models is limited by a
 -- row-level security policy to the tables it owns.
 CREATE FUNCTION tributary_forget_column(tbl regclass, col name) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STRICT SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF NOT pg_catalog.pg_has_role((SELECT relowner FROM pg_catalog.pg_class WHERE oid = tbl), 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', tbl USING ERRCODE = 'insufficient_privilege';
@@ -175,7 +175,7 @@ END $$;
 -- tributary_embed_for(tbl, col, text [, prompt]) -> vector: the query embedding of `text` for
 -- column `col` of `tbl`, by the model recorded for that column. `prompt` defaults to the model's
 -- prompt named 'query' when it has one (search queries against embedded documents), else to its
--- default prompt. NULL text gives NULL. Errors: 42704 no model recorded for the column; those of
+-- default prompt. A NULL table, column or text gives NULL. Errors: 42704 no model recorded for the column; those of
 -- tributary_embed.
 CREATE FUNCTION tributary_embed_for(tbl regclass, col name, text text, prompt text DEFAULT NULL)
 RETURNS vector
@@ -184,7 +184,7 @@ DECLARE
     m text;
     p text := prompt;
 BEGIN
-    IF text IS NULL THEN
+    IF tbl IS NULL OR col IS NULL OR text IS NULL THEN
         RETURN NULL;
     END IF;
     SELECT c.model INTO m FROM tributary.column_models c WHERE c.relid = tbl AND c.attname = col;
@@ -629,8 +629,8 @@ DECLARE
     new_k    text;
     chunk_args text;
 BEGIN
-    IF source IS NULL OR text_column IS NULL OR chunk_table IS NULL THEN
-        RAISE EXCEPTION 'source, text_column and chunk_table must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    IF source IS NULL OR text_column IS NULL OR chunk_table IS NULL OR overlap_tokens IS NULL THEN
+        RAISE EXCEPTION 'source, text_column, chunk_table and overlap_tokens must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = source), 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', src USING ERRCODE = 'insufficient_privilege',

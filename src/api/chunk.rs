@@ -4,7 +4,7 @@ use pgrx::prelude::*;
 
 use crate::engine::chunk::chunks;
 use crate::pg::catalog;
-use crate::pg::error::{OrRaise, Result, TributaryError};
+use crate::pg::error::{raise, OrRaise, Result, TributaryError};
 
 /// `tributary_chunk(text [, model, chunk_tokens, overlap_tokens]) → setof (seq, chunk,
 /// start_char, end_char)`: splits `text` into chunks of at most `chunk_tokens` tokens of
@@ -17,7 +17,8 @@ use crate::pg::error::{OrRaise, Result, TributaryError};
 /// whitespace (or empty) gives no rows, and so does NULL. Each chunk embedded with the same model
 /// fits its window. A cancel or statement_timeout stops it between two chunks.
 ///
-/// Errors: 22023 `chunk_tokens` below 1 or larger than the window allows, `overlap_tokens`
+/// Errors: 22004 NULL `overlap_tokens` (NULL `chunk_tokens` is the default size); 22023
+/// `chunk_tokens` below 1 or larger than the window allows, `overlap_tokens`
 /// negative or not smaller than `chunk_tokens`; 54000 a text over 64 MiB; 42704 unknown model.
 #[pg_extern(stable, parallel_safe)]
 #[allow(clippy::type_complexity)]
@@ -38,9 +39,10 @@ fn tributary_chunk(
     let Some(text) = text else {
         return TableIterator::new(Vec::new());
     };
-    TableIterator::new(
-        chunk_rows(text, model, chunk_tokens, overlap_tokens.unwrap_or(0)).or_raise(),
-    )
+    let Some(overlap_tokens) = overlap_tokens else {
+        raise(TributaryError::NullArgument("overlap_tokens"));
+    };
+    TableIterator::new(chunk_rows(text, model, chunk_tokens, overlap_tokens).or_raise())
 }
 
 fn chunk_rows(

@@ -61,7 +61,7 @@ fn tributary_embed_column(
 /// 0.2.0's `tributary_register_model(name, path, precision)` (STRICT).
 #[pg_extern(sql = false, volatile, parallel_unsafe)]
 fn tributary_register_model(name: &str, path: &str, precision: &str) {
-    super::models::tributary_register_model_0_3(name, path, precision, None)
+    super::models::tributary_register_model_0_3(Some(name), Some(path), Some(precision), None)
 }
 
 /// 0.2.0's `tributary_info(model)`: its eleven columns.

@@ -25,17 +25,21 @@ use crate::pg::gucs;
 /// `prompts`, a JSON object of prompt name to text (`{"query": "query: "}`), adds to or replaces
 /// the directory's prompts. Superuser only, since it names files the server will load.
 ///
-/// Errors: 42501 not a superuser; 58P01 no tributary.json/modules.json or model file; 22P02 an
+/// Errors: 22004 NULL name, path or precision; 42501 not a superuser; 58P01 no
+/// tributary.json/modules.json or model file; 22P02 an
 /// unreadable description file; 0A000 a graph for `precision` the directory lacks, or a
 /// description tributary cannot run (max pooling, a Dense module, ...); 22023 prompts not an
 /// object of strings.
 #[pg_extern(name = "tributary_register_model", volatile, parallel_unsafe)]
 pub(crate) fn tributary_register_model_0_3(
-    name: &str,
-    path: &str,
-    precision: default!(&str, "'fp32'"),
+    name: Option<&str>,
+    path: Option<&str>,
+    precision: default!(Option<&str>, "'fp32'"),
     prompts: default!(Option<pgrx::JsonB>, "NULL"),
 ) {
+    let (Some(name), Some(path), Some(precision)) = (name, path, precision) else {
+        crate::pg::error::raise(TributaryError::NullArgument("name, path and precision"));
+    };
     register(name, path, precision, prompts).or_raise();
     catalog::clear_sessions();
 }
