@@ -374,20 +374,23 @@ thread_local! {
     static MEMO: RefCell<LruCache<MemoKey, Rc<Memo>>> = RefCell::new(LruCache::new(MEMO_ENTRIES));
 }
 
-/// The embedding `[dim] f32` of `text` with `model`'s current session settings, from this
-/// backend's memo, or computed by `compute` and kept. The key is the session's key (model name,
-/// files, provider and settings), so a changed setting or a re-registered model never returns an
-/// old vector; registering or dropping a model clears the memo with the sessions.
+/// The embedding `[dim] f32` of `text` after the prompt text `prefix` with `model`'s current
+/// session settings, from this backend's memo, or computed by `compute` and kept. The key is the
+/// prompt's text, NUL, the text (unambiguous: a PostgreSQL text never holds NUL) and the session's
+/// key (model name, files, provider and settings), so a changed setting or a re-registered model
+/// never returns an old vector; registering or dropping a model clears the memo with the
+/// sessions. Texts over [`MEMO_MAX_TEXT`] bytes are computed and not kept (nor copied).
 pub fn memoized_embedding(
     model: &ModelRow,
+    prefix: &str,
     text: &str,
     compute: impl FnOnce() -> Result<Memo>,
 ) -> Result<Rc<Memo>> {
-    if text.len() > MEMO_MAX_TEXT {
+    if text.len() + prefix.len() > MEMO_MAX_TEXT {
         return Ok(Rc::new(compute()?));
     }
     let key: MemoKey = (
-        text.to_owned(),
+        format!("{prefix}\0{text}"),
         (
             model.name.clone(),
             model.embedder_config(),

@@ -106,11 +106,8 @@ pub(crate) fn release_memory(texts: usize) {
 /// One text's embedding (`[dim]` f32) through this backend's memo
 /// ([`catalog::memoized_embedding`]): the model runs once per distinct text and settings.
 pub(crate) fn embed_one(model: &ModelRow, text: &str, prompt: Option<&str>) -> Result<Vector> {
-    // The memo's text is the prompt's text, NUL, then the text: unambiguous, since a PostgreSQL
-    // text never holds NUL.
     let (_, prefix) = model.prompt(prompt)?;
-    let key = format!("{prefix}\0{text}");
-    let v = catalog::memoized_embedding(model, &key, || {
+    let v = catalog::memoized_embedding(model, &prefix, text, || {
         let emb = embed_with(model, &[text], prompt)?;
         Ok((emb.row_f32(0).into_owned(), !emb.truncated.is_empty()))
     })?;
