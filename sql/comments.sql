@@ -29,6 +29,11 @@ COMMENT ON FUNCTION tributary._column_models_drop() IS 'Internal: forgets the co
 COMMENT ON EVENT TRIGGER tributary_column_models_drop IS 'Forgets the models of dropped tables and columns (tributary.column_models).';
 COMMENT ON VIEW tributary.sessions IS 'This backend''s ONNX Runtime sessions (tributary_sessions()).';
 COMMENT ON VIEW tributary.gpu_sessions IS 'Cluster-wide: the backends that hold a GPU slot (at most tributary.max_gpu_sessions).';
+COMMENT ON VIEW tributary.cpu_runs IS 'Cluster-wide: the backends holding (granted) or waiting for a CPU run slot (at most tributary.max_cpu_runs runs at once).';
+COMMENT ON FUNCTION tributary_stat_activity() IS 'Cluster-wide: every backend and job worker that has run a model: its last model and provider, sessions, calls, rows, tokens, ms in ONNX Runtime, CPU slot waits, idle releases, private and shared memory. Needs shared_preload_libraries; pg_monitor only.';
+COMMENT ON FUNCTION tributary_progress_embed_column() IS 'Cluster-wide: running tributary_embed_column calls, rows done of rows to embed. Needs shared_preload_libraries; pg_monitor only.';
+COMMENT ON VIEW tributary.stat_activity IS 'Cluster-wide: what each backend and job worker does with tributary (tributary_stat_activity() with database, role and backend type). pg_monitor only.';
+COMMENT ON VIEW tributary.progress_embed_column IS 'Cluster-wide: the progress of running tributary_embed_column calls, like pg_stat_progress_* views. pg_monitor only.';
 
 -- Prediction
 COMMENT ON FUNCTION tributary_predict(regclass, name, name, vector, integer, text) IS 'Predicts column label for a query embedding from the k nearest rows of tbl that have it: similarity-weighted vote (categories, with confidence) or weighted mean and stddev (numbers), with the neighbours as evidence.';

@@ -62,6 +62,10 @@ pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     pg::gucs::init();
+    // SAFETY: read-only global of the postmaster, set while it loads preload libraries.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        pg::activity::init_shmem();
+    }
     worker::init();
 }
 

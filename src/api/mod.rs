@@ -1,5 +1,6 @@
 //! The SQL surface: thin `#[pg_extern]` wrappers that parse arguments and call `pg/` and `engine/`.
 
+pub mod activity;
 pub mod chunk;
 pub mod column;
 pub mod compat;

@@ -231,7 +231,11 @@ pub(crate) fn tributary_info_0_3(
     let (provider, note, threads, model_file) = catalog::with_embedder(&row, |e| {
         (
             e.provider().as_str().to_string(),
-            e.provider_note().to_string(),
+            [e.provider_note(), e.graph_note()]
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+                .join("; "),
             e.config().intra_op_threads as i32,
             e.loaded_file().display().to_string(),
         )
@@ -288,9 +292,9 @@ fn tributary_sessions() -> TableIterator<
 > {
     let mut rows = Vec::new();
     let slot = crate::pg::gpu::held_slot().map(|s| s as i32);
-    catalog::for_each_session(|name, e, note| {
+    catalog::for_each_session(|name, e| {
         let st = e.stats();
-        let why = [e.provider_note(), note]
+        let why = [e.provider_note(), e.graph_note()]
             .into_iter()
             .filter(|n| !n.is_empty())
             .collect::<Vec<_>>()

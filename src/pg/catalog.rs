@@ -5,12 +5,16 @@ use std::cell::RefCell;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Once};
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
+use parking_lot::Mutex;
 use pgrx::prelude::*;
 
 use super::error::{Result, TributaryError};
-use super::{gpu, gucs};
+use super::{activity, gpu, gucs};
 use crate::engine::tokenize::TextTokenizer;
 use crate::engine::{self, Embedder, EmbedderConfig, Manifest, Pooling, ProviderChoice};
 
@@ -62,6 +66,8 @@ impl ModelRow {
             gpu_memory_limit_mb: gucs::gpu_memory_limit_mb(),
             tensorrt_cache_dir: Some(gucs::tensorrt_cache_path()),
             io_binding: gucs::io_binding(),
+            prepared_cache: gucs::graph_cache_path(),
+            shrink_arena: gucs::shrink_arena(),
             pooling: (self.layout != "tributary")
                 .then(|| Pooling::parse(&self.pooling))
                 .flatten(),
@@ -190,8 +196,9 @@ impl CatalogRow {
     }
 }
 
-/// Sessions kept per backend. Each holds a copy of the model's weights (all-MiniLM-L6-v2: 90 MB
-/// fp32), so the cache is small; the least recently used session is dropped first.
+/// Sessions kept per backend. With `tributary.shared_weights` a CPU session's weights are mapped
+/// from a file shared by all backends (a few MB of its own); without it each holds a copy of the
+/// model's weights (all-MiniLM-L6-v2: 90 MB fp32). The least recently used session is dropped first.
 const MAX_SESSIONS: NonZeroUsize = NonZeroUsize::new(3).unwrap();
 
 /// (model name, session settings, tributary.gpu_fp16)
@@ -199,21 +206,83 @@ type Key = (String, EmbedderConfig, bool);
 
 struct Entry {
     embedder: Embedder,
-    /// Why the session is not on the GPU though a GPU provider was asked for (admission), or empty.
-    note: String,
 }
 
-thread_local! {
-    // Backends are single-threaded and these caches are touched only from the backend's main
-    // thread (never from ORT's or the tokenizer's worker threads), so a RefCell is enough.
+/// This backend's sessions and when one was last used.
+struct Sessions {
+    cache: LruCache<Key, Entry>,
+    last_used: Instant,
+    /// Sessions the idle release dropped and not yet reported to tributary.stat_activity.
+    released: u32,
+}
 
-    /// Sessions by key, at most [`MAX_SESSIONS`]: a use ([`with_embedder`]) makes a session the
-    /// most recently used; a new one past the cap drops the least recently used.
-    static SESSIONS: RefCell<LruCache<Key, Entry>> = RefCell::new(LruCache::new(MAX_SESSIONS));
+/// Sessions by key, at most [`MAX_SESSIONS`]: a use ([`with_embedder`]) makes a session the most
+/// recently used; a new one past the cap drops the least recently used. Behind a mutex (not a
+/// thread-local) only so that the idle release ([`start_idle_release`]) can drop them from its
+/// own thread while the backend waits for its client: the backend's main thread is the only
+/// other user, and nothing here calls into PostgreSQL while the lock is held by that thread.
+static SESSIONS: LazyLock<Mutex<Sessions>> = LazyLock::new(|| {
+    Mutex::new(Sessions {
+        cache: LruCache::new(MAX_SESSIONS),
+        last_used: Instant::now(),
+        released: 0,
+    })
+});
+
+/// `tributary.session_idle_timeout` as the idle-release thread reads it (ms; 0 = never), copied
+/// by the main thread at every call (settings are not to be read from other threads).
+static IDLE_TIMEOUT_MS: AtomicU64 = AtomicU64::new(0);
+static IDLE_RELEASE_STARTED: Once = Once::new();
+
+/// Starts, once per backend, the thread that drops this backend's sessions when none was used
+/// for `tributary.session_idle_timeout`: an idle backend waits in a read from its client, so its
+/// own thread cannot do it. The thread takes the sessions' lock only when free (never while a
+/// call runs), drops the sessions (ONNX Runtime sessions may be released from any thread) and
+/// gives the freed memory back to the system (`malloc_trim`). It calls nothing of PostgreSQL's,
+/// and it runs with every signal blocked, as ORT's threads do.
+fn start_idle_release() {
+    IDLE_RELEASE_STARTED.call_once(|| {
+        let spawned = crate::engine::signals::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("tributary-idle".into())
+                .spawn(idle_release_loop)
+        });
+        if let Err(e) = spawned {
+            pgrx::log!("tributary: could not start the idle session release thread: {e}");
+        }
+    });
+}
+
+fn idle_release_loop() {
+    loop {
+        let timeout = IDLE_TIMEOUT_MS.load(Ordering::Relaxed);
+        let tick = if timeout == 0 {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis((timeout / 4).clamp(10, 1000))
+        };
+        std::thread::sleep(tick);
+        if timeout == 0 {
+            continue;
+        }
+        let Some(mut s) = SESSIONS.try_lock() else {
+            continue;
+        };
+        if s.cache.is_empty() || s.last_used.elapsed() < Duration::from_millis(timeout) {
+            continue;
+        }
+        let n = s.cache.len() as u32;
+        s.cache.clear();
+        s.released += n;
+        drop(s);
+        // SAFETY: malloc_trim only returns free pages of glibc's arenas; it is thread-safe.
+        unsafe { libc::malloc_trim(0) };
+    }
 }
 
 /// Runs `f` with this backend's session for `model`, creating it on first use (and loading
 /// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
+/// Records the call in `tributary.stat_activity` afterwards.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
     let key: Key = (
         model.name.clone(),
@@ -223,45 +292,73 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
     // Checked on every call, not only when a session is created: a changed
     // tributary.ort_library is an error rather than silently ignored.
     let runtime = engine::model::runtime(&gucs::ort_library())?;
-    SESSIONS.with(|cell| {
-        let mut sessions = cell.borrow_mut();
-        if !sessions.contains(&key) {
-            let others_on_gpu = sessions.iter().any(|(_, e)| e.embedder.provider().is_gpu());
-            let (embedder, note) = create(runtime, model, &key, others_on_gpu)?;
-            let provider = embedder.provider().as_str();
-            let why = [embedder.provider_note(), note.as_str()]
-                .into_iter()
-                .filter(|n| !n.is_empty())
-                .collect::<Vec<_>>()
-                .join("; ");
-            if why.is_empty() {
-                pgrx::log!("tributary: model \"{}\" runs on {provider}", model.name);
-            } else {
-                pgrx::log!(
-                    "tributary: model \"{}\" runs on {provider}: {why}",
-                    model.name
-                );
-            }
-            // Drops the least recently used session when all MAX_SESSIONS are taken.
-            sessions.put(key.clone(), Entry { embedder, note });
+    IDLE_TIMEOUT_MS.store(gucs::session_idle_timeout_ms(), Ordering::Relaxed);
+    start_idle_release();
+    let mut sessions = SESSIONS.lock();
+    if sessions.released > 0 {
+        activity::note_idle_releases(std::mem::take(&mut sessions.released), sessions.cache.len());
+    }
+    if !sessions.cache.contains(&key) {
+        let others_on_gpu = sessions
+            .cache
+            .iter()
+            .any(|(_, e)| e.embedder.provider().is_gpu());
+        let embedder = create(runtime, model, &key, others_on_gpu)?;
+        let provider = embedder.provider().as_str();
+        let why = [embedder.provider_note(), embedder.graph_note()]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let ms = embedder.stats().create_time.as_secs_f64() * 1e3;
+        if why.is_empty() {
+            pgrx::log!(
+                "tributary: model \"{}\" runs on {provider} (session created in {ms:.0} ms)",
+                model.name
+            );
+        } else {
+            pgrx::log!(
+                "tributary: model \"{}\" runs on {provider} (session created in {ms:.0} ms): {why}",
+                model.name
+            );
         }
-        let entry = sessions.get_mut(&key).expect("present or just created");
-        if entry.embedder.provider().is_gpu() {
-            gpu::ensure_held();
-        }
-        Ok(f(&mut entry.embedder))
-    })
+        // Drops the least recently used session when all MAX_SESSIONS are taken.
+        sessions.cache.put(key.clone(), Entry { embedder });
+    }
+    let count = sessions.cache.len();
+    let entry = sessions
+        .cache
+        .get_mut(&key)
+        .expect("present or just created");
+    if entry.embedder.provider().is_gpu() {
+        gpu::ensure_held();
+    }
+    let before = entry.embedder.stats().clone();
+    let out = f(&mut entry.embedder);
+    let after = entry.embedder.stats();
+    activity::record_call(&activity::Call {
+        model: &model.name,
+        provider: entry.embedder.provider().as_str(),
+        sessions: count,
+        rows: after.rows - before.rows,
+        tokens: after.tokens - before.tokens,
+        run_time: after.run_time.saturating_sub(before.run_time),
+    });
+    sessions.last_used = Instant::now();
+    Ok(out)
 }
 
-/// Creates a session: GPU admission first when a GPU provider is asked for, the fp16 graph on the
-/// GPU, and the slot given back if the session ended up on the CPU after all and no other session
-/// of this backend (`others_on_gpu`) runs on the GPU.
+/// Creates a session: GPU admission first when a GPU provider is asked for and can be tried at
+/// all (the library has it and the machine has a GPU: [`Embedder::gpu_possible`]; otherwise
+/// straight to the CPU, or the reason as an error for an explicit `cuda`/`tensorrt`, and no slot
+/// is taken), the fp16 graph on the GPU, and the slot given back if the session ended up on the
+/// CPU after all and no other session of this backend (`others_on_gpu`) runs on the GPU.
 fn create(
     runtime: &engine::Runtime,
     model: &ModelRow,
     key: &Key,
     others_on_gpu: bool,
-) -> Result<(Embedder, String)> {
+) -> Result<Embedder> {
     let mut config = key.1.clone();
     let mut note = String::new();
     if config.provider != ProviderChoice::Cpu {
@@ -269,6 +366,24 @@ fn create(
         if !failed.is_empty() {
             pgrx::log!("tributary: could not load from tributary.cuda_library_path: {failed}");
         }
+        if let Err(why) = Embedder::gpu_possible(runtime, config.provider) {
+            if config.provider != ProviderChoice::Auto {
+                let provider = if config.provider == ProviderChoice::TensorRt {
+                    "tensorrt"
+                } else {
+                    "cuda"
+                };
+                return Err(engine::Error::Provider {
+                    provider,
+                    reason: why,
+                }
+                .into());
+            }
+            note = format!("cuda unavailable: {why}");
+            config.provider = ProviderChoice::Cpu;
+        }
+    }
+    if config.provider != ProviderChoice::Cpu {
         if key.2 {
             config.gpu_model_file = model.fp16_file();
         }
@@ -285,7 +400,9 @@ fn create(
     if !on_gpu {
         gpu::release();
     }
-    Ok((created?, note))
+    let mut embedder = created?;
+    embedder.add_provider_note(&note);
+    Ok(embedder)
 }
 
 /// Tokenizers loaded without a session (`tributary_tokenize`, row text), keyed by model name and
@@ -314,14 +431,15 @@ pub fn with_tokenizer<R>(model: &ModelRow, f: impl FnOnce(&TextTokenizer) -> R) 
         config.max_length,
     );
     let mut f = Some(f);
-    let from_session = SESSIONS.with(|cell| {
-        let sessions = cell.borrow();
+    let from_session = {
+        let sessions = SESSIONS.lock();
         // Most recently used first.
-        let (_, e) = sessions.iter().find(|(k, _)| {
-            k.0 == key.0 && k.1.tokenizer_file == key.1 && k.1.max_length == key.2
-        })?;
-        Some(f.take().expect("not called yet")(e.embedder.tokenizer()))
-    });
+        sessions
+            .cache
+            .iter()
+            .find(|(k, _)| k.0 == key.0 && k.1.tokenizer_file == key.1 && k.1.max_length == key.2)
+            .map(|(_, e)| f.take().expect("not called yet")(e.embedder.tokenizer()))
+    };
     if let Some(r) = from_session {
         return Ok(r);
     }
@@ -337,19 +455,16 @@ pub fn with_tokenizer<R>(model: &ModelRow, f: impl FnOnce(&TextTokenizer) -> R) 
     Ok(f.expect("not called above")(&tokenizer))
 }
 
-/// Calls `f` for every session this backend holds, least recently used first, with the note
-/// that says why a session asked for a GPU runs on the CPU (empty otherwise).
-pub fn for_each_session(mut f: impl FnMut(&str, &Embedder, &str)) {
-    SESSIONS.with(|cell| {
-        for (key, e) in cell.borrow().iter().rev() {
-            f(&key.0, &e.embedder, &e.note);
-        }
-    })
+/// Calls `f` for every session this backend holds, least recently used first.
+pub fn for_each_session(mut f: impl FnMut(&str, &Embedder)) {
+    for (key, e) in SESSIONS.lock().cache.iter().rev() {
+        f(&key.0, &e.embedder);
+    }
 }
 
 /// Drops every cached session (e.g. after a model is re-registered or dropped).
 pub fn clear_sessions() {
-    SESSIONS.with(|cell| cell.borrow_mut().clear());
+    SESSIONS.lock().cache.clear();
     MEMO.with(|cell| cell.borrow_mut().clear());
 }
 
@@ -407,5 +522,5 @@ pub fn memoized_embedding(
 
 /// Number of sessions this backend holds (for tests and tributary_info).
 pub fn session_count() -> usize {
-    SESSIONS.with(|cell| cell.borrow().len())
+    SESSIONS.lock().cache.len()
 }

@@ -97,6 +97,14 @@ pub enum TributaryError {
     #[error("all {cap} GPU slots are taken")]
     GpuSlots { cap: usize },
 
+    /// 53400: every CPU run slot (`tributary.max_cpu_runs`) is taken and `tributary.cpu_overflow = error`.
+    #[error("all {cap} CPU run slots are taken")]
+    CpuSlots { cap: usize },
+
+    /// 55000: a view of shared memory was read but tributary is not in `shared_preload_libraries`.
+    #[error("{0} needs tributary in shared_preload_libraries")]
+    NotPreloaded(&'static str),
+
     /// XX000: an SPI call failed in a way that is tributary's bug, not the caller's (SQL errors
     /// inside SPI keep their own SQLSTATE).
     #[error("{0}")]
@@ -212,6 +220,16 @@ impl From<TributaryError> for ErrorReport {
                 PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
                 Some(format!("tributary.max_gpu_sessions = {cap}; the holders are listed in tributary.gpu_sessions")),
                 Some("Set tributary.gpu_overflow to cpu or wait, raise tributary.max_gpu_sessions, or retry later."),
+            ),
+            T::CpuSlots { cap } => report(
+                PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+                Some(format!("tributary.max_cpu_runs = {cap}: that many model runs on the CPU at once, cluster-wide; the holders are listed in tributary.cpu_runs")),
+                Some("Retry later, or ask an administrator to set tributary.cpu_overflow to wait or raise tributary.max_cpu_runs."),
+            ),
+            T::NotPreloaded(_) => report(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                Some("Backends report what they do in shared memory, which exists only when tributary is loaded at server start.".into()),
+                Some("Add tributary to shared_preload_libraries and restart the server."),
             ),
             T::Engine(E::OutOfMemory { bytes }) => report(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,

@@ -55,6 +55,30 @@ pub enum Truncation {
     Error,
 }
 
+/// `tributary.cpu_overflow`: what a call does when every CPU run slot is taken.
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CpuOverflow {
+    /// Wait for a slot (interruptible; lock_timeout and statement_timeout apply).
+    #[name = c"wait"]
+    Wait,
+    /// Raise 53400 configuration_limit_exceeded (before the call's first run only).
+    #[name = c"error"]
+    Error,
+}
+
+/// ONNX Runtime runs on the CPU at once, cluster-wide: -1 no cap, 0 one per CPU core.
+static MAX_CPU_RUNS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static CPU_OVERFLOW: GucSetting<CpuOverflow> = GucSetting::<CpuOverflow>::new(CpuOverflow::Wait);
+/// CPU sessions load the model's prepared graph (src/engine prepared.rs), weights mapped from a
+/// file every backend shares.
+static SHARED_WEIGHTS: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Give the CPU arena's growth back after each call's last run.
+static SHRINK_ARENA: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Empty means `$PGDATA/tributary_graphs`.
+static GRAPH_CACHE_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// ms a backend's sessions may stay unused before they are dropped; 0 = never.
+static SESSION_IDLE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 static TRUNCATION: GucSetting<Truncation> = GucSetting::<Truncation>::new(Truncation::Warning);
 
 /// Default model name; must be in `tributary.models`.
@@ -305,7 +329,102 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"tributary.max_cpu_runs",
+        c"Most ONNX Runtime runs on the CPU at once, cluster-wide; 0 means one per CPU core, -1 no cap.",
+        c"A run (one batch) holds a slot; other calls wait for one or fail with 53400 (tributary.cpu_overflow). Holders and waiters are listed in tributary.cpu_runs.",
+        &MAX_CPU_RUNS,
+        -1,
+        1024,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_enum_guc(
+        c"tributary.cpu_overflow",
+        c"When every CPU run slot is taken: wait, or error (53400).",
+        c"Set by a superuser (server, database or role level).",
+        &CPU_OVERFLOW,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"tributary.shared_weights",
+        c"CPU sessions map the model's prepared graph and weights from one file shared by all backends.",
+        c"The graph is optimised, and its weights prepacked, once per machine into tributary.graph_cache_path. Off: each backend loads the model file and holds its own copy of the weights.",
+        &SHARED_WEIGHTS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"tributary.shrink_arena",
+        c"Give ONNX Runtime's CPU memory arena back after the last run of each call.",
+        c"Off: memory grown by one large call stays with the backend until it exits.",
+        &SHRINK_ARENA,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"tributary.graph_cache_path",
+        c"Directory of prepared CPU graphs (tributary.shared_weights).",
+        c"Empty means tributary_graphs in the data directory.",
+        &GRAPH_CACHE_PATH,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"tributary.session_idle_timeout",
+        c"Drop a backend's model sessions after this long unused; 0 keeps them until the backend exits.",
+        c"So that idle pooled connections stop holding models; the next call creates the session again.",
+        &SESSION_IDLE_TIMEOUT,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
     unsafe { pg_sys::MarkGUCPrefixReserved(c"tributary".as_ptr()) };
+}
+
+/// `tributary.max_cpu_runs` as a number of slots: `None` = no cap; 0 means the CPU cores this
+/// server sees.
+pub fn max_cpu_runs() -> Option<usize> {
+    match MAX_CPU_RUNS.get() {
+        v if v < 0 => None,
+        0 => Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        v => Some(v as usize),
+    }
+}
+
+pub fn cpu_overflow() -> CpuOverflow {
+    CPU_OVERFLOW.get()
+}
+
+/// Where prepared CPU graphs go: `None` when `tributary.shared_weights` is off; else the
+/// setting (relative paths are in the data directory), or `$PGDATA/tributary_graphs`.
+pub fn graph_cache_path() -> Option<PathBuf> {
+    if !SHARED_WEIGHTS.get() {
+        return None;
+    }
+    let p = PathBuf::from(string(&GRAPH_CACHE_PATH).unwrap_or_else(|| "tributary_graphs".into()));
+    Some(if p.is_absolute() {
+        p
+    } else {
+        data_dir().join(p)
+    })
+}
+
+pub fn shrink_arena() -> bool {
+    SHRINK_ARENA.get()
+}
+
+/// `tributary.session_idle_timeout` in ms (0: never).
+pub fn session_idle_timeout_ms() -> u64 {
+    SESSION_IDLE_TIMEOUT.get().max(0) as u64
+}
+
+fn data_dir() -> PathBuf {
+    // SAFETY: DataDir is set at backend start to the absolute data directory.
+    let data = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    PathBuf::from(data.to_string_lossy().into_owned())
 }
 
 fn string(setting: &GucSetting<Option<CString>>) -> Option<String> {
@@ -355,9 +474,7 @@ pub fn tensorrt_cache_path() -> PathBuf {
     if p.is_absolute() {
         p
     } else {
-        // SAFETY: DataDir is set at backend start to the absolute data directory.
-        let data = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
-        PathBuf::from(data.to_string_lossy().into_owned()).join(p)
+        data_dir().join(p)
     }
 }
 

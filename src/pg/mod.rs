@@ -1,6 +1,8 @@
 //! PostgreSQL glue: settings, errors, the model catalog and session cache, vector datums, table
 //! descriptions, roles, background workers' transactions.
 
+pub mod activity;
+pub mod admission;
 pub mod catalog;
 pub mod error;
 pub mod gpu;

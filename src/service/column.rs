@@ -51,6 +51,8 @@ pub(crate) fn embed_column(
     let total: i64 = Spi::get_one(&plan.count_sql)
         .map_err(spi_error)?
         .unwrap_or(0);
+    // Seen by other sessions in tributary.progress_embed_column until this call ends.
+    let progress = crate::pg::activity::Progress::start(tbl, target, total);
     let interval = gucs::progress_interval_ms();
     let started = Instant::now();
     let mut last_report = Instant::now();
@@ -119,6 +121,7 @@ pub(crate) fn embed_column(
         }
         done += written;
         embedded += read;
+        progress.update(done);
         if interval > 0 && last_report.elapsed() >= Duration::from_millis(interval) {
             last_report = Instant::now();
             let secs = started.elapsed().as_secs_f64();

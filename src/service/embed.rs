@@ -2,6 +2,7 @@
 //! the engine's batched run (with interrupt checks), pgvector values, memory handed back.
 
 use crate::engine::Embeddings;
+use crate::pg::admission::CpuRuns;
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{Result, TributaryError};
 use crate::pg::gucs;
@@ -10,9 +11,10 @@ use crate::pg::vector::Vector;
 /// Embeds `texts` with `model` (or `tributary.model`): `[texts.len(), dim]` f32 or f16 (as the
 /// graph returns them), unit L2 norm, in input order. Checks for interrupts before every ONNX
 /// Runtime run and while planning batches. Each text is cut to 64 bytes per token of the
-/// model's window before it is tokenized (engine::tokenize::BYTES_PER_TOKEN).
+/// model's window before it is tokenized (engine::tokenize::BYTES_PER_TOKEN). On the CPU each run
+/// first takes a cluster-wide run slot (`tributary.max_cpu_runs`, src/pg/admission.rs).
 ///
-/// Errors: 54000 more than `tributary.max_texts_per_call` texts (checked first); 53200 when the
+/// Errors: 53400 every CPU run slot taken and `tributary.cpu_overflow = error`; 54000 more than `tributary.max_texts_per_call` texts (checked first); 53200 when the
 /// `[texts, dim]` output cannot be allocated; the model's errors.
 pub(crate) fn embed(texts: &[&str], model: Option<&str>) -> Result<Embeddings> {
     embed_with(&catalog::model(model)?, texts, None)
@@ -41,8 +43,11 @@ pub(crate) fn embed_with(
     check_count(texts.len())?;
     let (_, prefix) = model.prompt(prompt)?;
     let emb = catalog::with_embedder(model, |e| {
+        // A CPU run slot (tributary.max_cpu_runs) per ONNX Runtime run, given back at the end.
+        let mut runs = CpuRuns::new(!e.provider().is_gpu());
         e.embed_prompted(texts, &prefix, gucs::max_batch_tokens(), &mut || {
             pgrx::check_for_interrupts!();
+            runs.before_run();
         })
     })??;
     Ok(emb)
@@ -97,7 +102,7 @@ fn embed_checked(model: &ModelRow, texts: &[&str], prompt: Option<&str>) -> Resu
 /// pages for reuse otherwise, so a backend that once embedded 100,000 texts would hold that
 /// much for its life). Cheap next to a call of that size.
 pub(crate) fn release_memory(texts: usize) {
-    if texts >= 1024 {
+    if texts >= 128 {
         // SAFETY: malloc_trim only returns free pages of glibc's arenas.
         unsafe { libc::malloc_trim(0) };
     }

@@ -11,7 +11,7 @@
 //! <https://onnxruntime.ai/docs/performance/tune-performance/iobinding.html>.
 
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
-use ort::session::{IoBinding, Session, SessionOutputs};
+use ort::session::{IoBinding, RunOptions, Session, SessionOutputs};
 use ort::value::{Shape, Tensor, TensorRefMut};
 
 use super::error::Result;
@@ -120,7 +120,8 @@ impl Bound {
     }
 
     /// `fill(ids, mask)` writes one `[rows, seq]` batch, row-major, into the host buffers; then the
-    /// batch is bound and run, and the outputs (on the host) are returned.
+    /// batch is bound and run (with `options` when given), and the outputs (on the host) are
+    /// returned.
     pub fn run<'s>(
         &'s mut self,
         session: &'s mut Session,
@@ -128,6 +129,7 @@ impl Bound {
         rows: usize,
         seq: usize,
         fill: impl FnOnce(&mut [i32], &mut [i32]),
+        options: Option<&RunOptions>,
     ) -> Result<SessionOutputs<'s>> {
         let n = rows * seq;
         let shape = Shape::new([rows as i64, seq as i64]);
@@ -143,7 +145,10 @@ impl Bound {
             self.io.bind_input(input_names[1], &mask_t)?;
             self.io
                 .bind_output_to_device(self.output.as_str(), &self.output_info)?;
-            return Ok(session.run_binding(&self.io)?);
+            return Ok(match options {
+                Some(o) => session.run_binding_with_options(&self.io, o)?,
+                None => session.run_binding(&self.io)?,
+            });
         }
         self.reserve(n)?;
         // SAFETY: `buffer` holds 2 * capacity i32 and n <= capacity; the two halves do not overlap.
@@ -170,9 +175,18 @@ impl Bound {
         self.io.bind_input(input_names[1], &mask_t)?;
         self.io
             .bind_output_to_device(self.output.as_str(), &self.output_info)?;
-        Ok(session.run_binding(&self.io)?)
+        Ok(match options {
+            Some(o) => session.run_binding_with_options(&self.io, o)?,
+            None => session.run_binding(&self.io)?,
+        })
     }
 }
+
+// SAFETY: `buffer` is owned by this binding (allocated and freed only through `allocator`, by
+// whoever holds the `Bound`); nothing else keeps a pointer to it between runs. A session and its
+// binding move between threads only as a whole (the backend's idle release drops them on another
+// thread) and are never used from two threads at once.
+unsafe impl Send for Bound {}
 
 impl Drop for Bound {
     fn drop(&mut self) {

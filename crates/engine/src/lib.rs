@@ -10,6 +10,7 @@ pub mod error;
 pub mod interface;
 pub mod manifest;
 pub mod model;
+pub mod prepared;
 pub mod rowtext;
 pub mod runtime;
 pub mod signals;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use half::f16;
 use ort::ep::ExecutionProvider;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::Session;
+use ort::session::{RunOptions, Session};
 use ort::value::{Tensor, TensorRef};
 
 use super::batch;
@@ -86,6 +86,15 @@ pub struct EmbedderConfig {
     pub pooling: Option<Pooling>,
     /// L2-normalise after pooling here (sentence-transformers' `Normalize` module).
     pub normalize: bool,
+    /// Where prepared CPU graphs are kept ([`crate::prepared`]): a CPU session loads the model's
+    /// prepared graph from there (preparing it first if this machine has none), so its weights
+    /// are mapped from one file shared by every process. `None` loads `model_file` as it is,
+    /// with its weights copied into this process.
+    pub prepared_cache: Option<PathBuf>,
+    /// Give the CPU arena's memory back after the last ONNX Runtime run of each call (run option
+    /// `memory.enable_memory_arena_shrinkage`), so that one large call does not leave the process
+    /// holding its peak for good.
+    pub shrink_arena: bool,
 }
 
 impl EmbedderConfig {
@@ -111,6 +120,8 @@ impl EmbedderConfig {
             io_binding: true,
             pooling: None,
             normalize: false,
+            prepared_cache: None,
+            shrink_arena: false,
         }
     }
 }
@@ -130,6 +141,8 @@ pub struct Stats {
     pub tokenize_wait: Duration,
     /// Texts longer than the window (`max_length` tokens), cut to it.
     pub truncated: u64,
+    /// Time to create the session (ms), preparing its graph included when it was prepared then.
+    pub create_time: Duration,
 }
 
 /// An ONNX Runtime session for one embedding model with its tokenizer.
@@ -145,11 +158,16 @@ pub struct Embedder {
     config: EmbedderConfig,
     provider: Provider,
     provider_note: String,
-    /// The graph file the session loaded (`model_file`, or `gpu_model_file` on a GPU).
+    /// The graph file the session loaded (`model_file`, its prepared graph on the CPU, or
+    /// `gpu_model_file` on a GPU).
     loaded_file: PathBuf,
+    /// Why a CPU session loads `model_file` rather than its prepared graph, or empty.
+    graph_note: String,
     interface: Interface,
     binding: Option<Bound>,
     binding_note: String,
+    /// Options of a call's last run: shrink the CPU arena afterwards (`shrink_arena`).
+    last_run: Option<RunOptions>,
     stats: Stats,
     // Reused across batches by plain (unbound) runs.
     ids: Vec<i32>,
@@ -187,6 +205,7 @@ impl Embedder {
     }
 
     fn create(runtime: &Runtime, config: EmbedderConfig) -> Result<Self> {
+        let started = Instant::now();
         // The graph first: a model directory that does not exist is reported by its model file.
         if !config.model_file.is_file() {
             return Err(Error::ModelFile {
@@ -200,17 +219,17 @@ impl Embedder {
                 provider: p.as_str(),
                 reason,
             }),
-            other => other.map(|(s, f)| (s, f, p, String::new())),
+            other => other.map(|(s, f, g)| (s, f, g, p, String::new())),
         };
-        let (session, loaded_file, provider, provider_note) = match config.provider {
+        let (session, loaded_file, graph_note, provider, provider_note) = match config.provider {
             ProviderChoice::Cpu => explicit(Provider::Cpu)?,
             ProviderChoice::Cuda => explicit(Provider::Cuda)?,
             ProviderChoice::TensorRt => explicit(Provider::TensorRt)?,
             ProviderChoice::Auto => match Self::session(runtime, &config, Provider::Cuda) {
-                Ok((s, f)) => (s, f, Provider::Cuda, String::new()),
+                Ok((s, f, g)) => (s, f, g, Provider::Cuda, String::new()),
                 Err(e) => {
-                    let (s, f) = Self::session(runtime, &config, Provider::Cpu)?;
-                    (s, f, Provider::Cpu, format!("cuda unavailable: {e}"))
+                    let (s, f, g) = Self::session(runtime, &config, Provider::Cpu)?;
+                    (s, f, g, Provider::Cpu, format!("cuda unavailable: {e}"))
                 }
             },
         };
@@ -235,6 +254,13 @@ impl Embedder {
         } else {
             (None, "io binding off (tributary.io_binding)".to_owned())
         };
+        let last_run = if config.shrink_arena && provider == Provider::Cpu {
+            let mut o = RunOptions::new()?;
+            o.set("memory.enable_memory_arena_shrinkage", "cpu:0")?;
+            Some(o)
+        } else {
+            None
+        };
         Ok(Embedder {
             session,
             tokenizer,
@@ -245,21 +271,86 @@ impl Embedder {
             interface,
             binding,
             binding_note,
-            stats: Stats::default(),
+            graph_note,
+            last_run,
+            stats: Stats {
+                create_time: started.elapsed(),
+                ..Stats::default()
+            },
             ids: Vec::new(),
             mask: Vec::new(),
         })
+    }
+
+    /// Whether `config`'s CUDA (or TensorRT) execution provider can be tried at all: the ONNX
+    /// Runtime library has it and the machine has an NVIDIA GPU (`/proc/driver/nvidia/gpus` lists
+    /// one). `Err` says why not. Checked before a GPU slot is asked for, so that a CPU-only
+    /// library or machine never takes, waits for or fails on a slot; a GPU that is present but
+    /// fails to start is still found only by creating the session.
+    pub fn gpu_possible(
+        runtime: &Runtime,
+        provider: ProviderChoice,
+    ) -> std::result::Result<(), String> {
+        let in_library = match provider {
+            ProviderChoice::Cpu => return Err("the cpu execution provider was asked for".into()),
+            ProviderChoice::TensorRt => ort::ep::TensorRT::is_available(),
+            ProviderChoice::Auto | ProviderChoice::Cuda => ort::ep::CUDA::is_available(),
+        }
+        .unwrap_or(false);
+        if !in_library {
+            let ep = if provider == ProviderChoice::TensorRt {
+                "TensorRT"
+            } else {
+                "CUDA"
+            };
+            return Err(format!(
+                "{} was built without the {ep} execution provider",
+                runtime.library.display()
+            ));
+        }
+        let gpus = std::fs::read_dir("/proc/driver/nvidia/gpus")
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if gpus == 0 {
+            return Err(
+                "no NVIDIA GPU on this machine (/proc/driver/nvidia/gpus lists none)".into(),
+            );
+        }
+        Ok(())
     }
 
     fn session(
         runtime: &Runtime,
         config: &EmbedderConfig,
         provider: Provider,
-    ) -> Result<(Session, PathBuf)> {
-        let file = match (&config.gpu_model_file, provider.is_gpu()) {
+    ) -> Result<(Session, PathBuf, String)> {
+        let mut file = match (&config.gpu_model_file, provider.is_gpu()) {
             (Some(f), true) => f.clone(),
             _ => config.model_file.clone(),
         };
+        let mut level = GraphOptimizationLevel::Level3;
+        let mut graph_note = String::new();
+        match (&config.prepared_cache, provider) {
+            (Some(cache), Provider::Cpu) if file.is_file() => {
+                match super::prepared::prepared_graph(runtime, &file, cache) {
+                    Ok(prepared) => {
+                        file = prepared;
+                        // Optimised when it was prepared; its prepacked weights are in its file.
+                        level = GraphOptimizationLevel::Disable;
+                    }
+                    Err(e) => {
+                        graph_note = format!(
+                            "prepared graph unavailable, weights copied into this process: {e}"
+                        )
+                    }
+                }
+            }
+            (None, Provider::Cpu) => {
+                graph_note =
+                    "weights copied into this process (tributary.shared_weights is off)".into()
+            }
+            _ => {}
+        }
         if !file.is_file() {
             return Err(Error::ModelFile {
                 path: file,
@@ -267,7 +358,7 @@ impl Embedder {
             });
         }
         let mut builder = Session::builder(&runtime.environment)?
-            .with_optimization_level(GraphOptimizationLevel::Level3)?
+            .with_optimization_level(level)?
             .with_inter_threads(1)?;
         if config.intra_op_threads > 0 {
             builder = builder.with_intra_threads(config.intra_op_threads)?;
@@ -318,7 +409,7 @@ impl Embedder {
                 cuda().register(&mut builder)?;
             }
         }
-        Ok((builder.commit_from_file(&file)?, file))
+        Ok((builder.commit_from_file(&file)?, file, graph_note))
     }
 
     /// Embeds `texts`: tokenize (truncating to `max_length`), sort by length, cut batches of at
@@ -385,8 +476,11 @@ impl Embedder {
             ids,
             mask,
             interface,
+            last_run,
             ..
         } = self;
+        let last_run: Option<&RunOptions> = last_run.as_ref();
+        let last_window = windows.len().saturating_sub(1);
         let interface: &Interface = interface;
         let tokenizer: &TextTokenizer = tokenizer;
         let pad = tokenizer.pad_id();
@@ -442,8 +536,9 @@ impl Embedder {
                     overhead,
                     &mut *between_batches,
                 );
-                for b in &batches {
+                for (j, b) in batches.iter().enumerate() {
                     between_batches();
+                    let options = last_run.filter(|_| k == last_window && j + 1 == batches.len());
                     let rows: Vec<usize> = order[b.range.clone()].to_vec();
                     let (n, seq) = (rows.len(), b.seq_len);
                     let fill = |ids: &mut [i32], mask: &mut [i32]| {
@@ -454,7 +549,7 @@ impl Embedder {
                     let started = Instant::now();
                     let bound = binding.as_mut().map(|bound| {
                         bound
-                            .run(session, interface.ids_and_mask(), n, seq, fill)
+                            .run(session, interface.ids_and_mask(), n, seq, fill, options)
                             .and_then(|o| scatter(&o[0], n, dim, &dest, &mut out))
                     });
                     match bound {
@@ -472,10 +567,10 @@ impl Embedder {
                                 session,
                                 interface,
                                 [n, seq, dim],
-                                ids,
-                                mask,
+                                (ids, mask),
                                 &dest,
                                 &mut out,
+                                options,
                             )?;
                         }
                     }
@@ -503,9 +598,21 @@ impl Embedder {
         self.provider
     }
 
-    /// Why `auto` fell back to CPU, or empty.
+    /// Why the session runs on the CPU though a GPU provider was asked for (`auto`'s fallback,
+    /// or a reason the caller added with [`Embedder::add_provider_note`]), or empty.
     pub fn provider_note(&self) -> &str {
         &self.provider_note
+    }
+
+    /// Adds `why` (e.g. GPU admission sent this session to the CPU) to [`Embedder::provider_note`].
+    pub fn add_provider_note(&mut self, why: &str) {
+        if why.is_empty() {
+            return;
+        }
+        if !self.provider_note.is_empty() {
+            self.provider_note.push_str("; ");
+        }
+        self.provider_note.push_str(why);
     }
 
     /// Whether runs go through an IoBinding now.
@@ -521,6 +628,12 @@ impl Embedder {
     /// The graph file the session loaded.
     pub fn loaded_file(&self) -> &Path {
         &self.loaded_file
+    }
+
+    /// Why a CPU session copied the model's weights instead of mapping its prepared graph
+    /// (`prepared_cache` off, or preparing failed), or empty.
+    pub fn graph_note(&self) -> &str {
+        &self.graph_note
     }
 
     /// Whether the embeddings are f16 (an fp16 graph that pools inside; pooling done here is
@@ -576,15 +689,15 @@ fn fill_batch(
 /// One run without an IoBinding, for any [`Interface`]: each input built from the `[n, seq]`
 /// `ids` and `mask` (`[n, seq, dim]` is `shape`) in the graph's integer type (`token_type_ids`
 /// all 0), then the output copied (pooled in the graph) or pooled here into `out`, row `k` to
-/// row `dest[k]`.
+/// row `dest[k]`; `options` for the run when given.
 fn run_plain(
     session: &mut Session,
     interface: &Interface,
     [n, seq, dim]: [usize; 3],
-    ids: &[i32],
-    mask: &[i32],
+    (ids, mask): (&[i32], &[i32]),
     dest: &[usize],
     out: &mut Embeddings,
+    options: Option<&RunOptions>,
 ) -> Result<()> {
     let shape = [n as i64, seq as i64];
     let zeros = vec![
@@ -611,7 +724,10 @@ fn run_plain(
         };
         inputs.push((name.as_str(), value));
     }
-    let outputs = session.run(inputs)?;
+    let outputs = match options {
+        Some(o) => session.run_with_options(inputs, o)?,
+        None => session.run(inputs)?,
+    };
     let value = &outputs[interface.output.as_str()];
     let Some(pooling) = interface.pooling else {
         return scatter(value, n, dim, dest, out);
@@ -981,6 +1097,62 @@ mod real_model_tests {
             2,
             "[CLS] [SEP]"
         );
+    }
+
+    #[test]
+    fn prepared_graph_is_shared_and_gives_the_same_vectors() {
+        let cache =
+            std::env::temp_dir().join(format!("tributary-prepared-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().take(60).map(String::as_str).collect();
+        let mut plain = embedder(256);
+        assert!(
+            plain.graph_note().contains("shared_weights is off"),
+            "{}",
+            plain.graph_note()
+        );
+        let mut cfg = config(256);
+        cfg.prepared_cache = Some(cache.clone());
+        cfg.shrink_arena = true;
+        let mut shared = Embedder::new(rt(), cfg.clone()).unwrap();
+        assert_eq!(shared.graph_note(), "");
+        let loaded = shared.loaded_file().to_owned();
+        assert!(loaded.starts_with(&cache), "{}", loaded.display());
+        assert!(loaded.with_file_name(crate::prepared::DATA_FILE).is_file());
+        // Every run (the last of each call shrinks the arena) gives what the original graph gives.
+        let a = plain.embed(&refs, 512, &mut || {}).unwrap();
+        let b = shared.embed(&refs, 512, &mut || {}).unwrap();
+        assert!(b.batches > 1);
+        let cos = min_cosine(&a, &b);
+        assert!(cos > 0.99999, "prepared vs original min cosine {cos}");
+        // A second session finds it prepared: the same file, nothing written again.
+        let entries = || std::fs::read_dir(&cache).unwrap().count();
+        assert_eq!(entries(), 1, "one prepared directory, no leftovers");
+        let modified = std::fs::metadata(&loaded).unwrap().modified().unwrap();
+        let again = Embedder::new(rt(), cfg).unwrap();
+        assert_eq!(again.loaded_file(), loaded);
+        assert_eq!(
+            std::fs::metadata(&loaded).unwrap().modified().unwrap(),
+            modified
+        );
+        assert_eq!(entries(), 1);
+        // Another model file is another directory.
+        let other =
+            crate::prepared::prepared_dir(rt(), &model_dir().join("model_int8.onnx"), &cache)
+                .unwrap();
+        assert_ne!(other, loaded.parent().unwrap());
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    #[test]
+    fn gpu_is_possible_only_with_a_gpu_provider_in_the_library() {
+        rt();
+        assert!(Embedder::gpu_possible(rt(), ProviderChoice::Cpu).is_err());
+        if !ort::ep::CUDA::is_available().unwrap() {
+            let why = Embedder::gpu_possible(rt(), ProviderChoice::Auto).unwrap_err();
+            assert!(why.contains("built without the CUDA"), "{why}");
+        }
     }
 
     #[test]
