@@ -101,10 +101,12 @@ fn cpu_signature() -> String {
 /// [`GRAPH_FILE`], prepared now if this machine has none yet (about 0.5 s for
 /// all-MiniLM-L6-v2; the caller loads it with graph optimisation off).
 ///
-/// Preparing: a session with every graph optimisation and prepacking writes the optimised graph,
-/// its initializers of 1 kB or more and its prepacked weights into a new directory beside the
-/// final one, which is then renamed into place; a process that loses the race to another removes
-/// its own. Readers only ever see complete directories.
+/// Preparing, under an exclusive lock on `cache_dir/.lock` (one process at a time; the others
+/// wait, then find it prepared): a session with every graph optimisation and prepacking writes
+/// the optimised graph, its initializers of 1 kB or more and its prepacked weights into a new
+/// directory beside the final one, which is then renamed into place. Readers only ever see
+/// complete directories; what a process killed while preparing left behind is removed by the
+/// next one.
 ///
 /// Errors: [`Error::ModelFile`] for an unreadable model file; [`Error::Ort`] when ONNX Runtime
 /// cannot optimise it, or `cache_dir` cannot be written (its reason in the message).
@@ -118,10 +120,32 @@ pub fn prepared_graph(runtime: &Runtime, model_file: &Path, cache_dir: &Path) ->
         Error::Ort(format!("cannot {what} {}: {e}", p.display()))
     };
     std::fs::create_dir_all(cache_dir).map_err(|e| io("create", cache_dir, e))?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let tmp = cache_dir.join(format!(".prepare-{}-{nanos}", std::process::id()));
+    // One process prepares at a time (each takes about 0.5 s and a few hundred MB): the others
+    // wait on the lock, then find the graph prepared.
+    let lock_path = cache_dir.join(".lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| io("open", &lock_path, e))?;
+    // SAFETY: flock on a file descriptor we own; released when `lock` is closed.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(io("lock", &lock_path, std::io::Error::last_os_error()));
+    }
+    if graph.is_file() && dir.join(DATA_FILE).is_file() {
+        return Ok(graph);
+    }
+    // Under the lock nobody else is preparing: what is left of a process that died while
+    // preparing goes.
+    if let Ok(entries) = std::fs::read_dir(cache_dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".prepare-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let tmp = cache_dir.join(format!(".prepare-{}", std::process::id()));
     std::fs::create_dir(&tmp).map_err(|e| io("create", &tmp, e))?;
     let written =
         super::signals::with_signals_blocked(|| write_prepared(runtime, model_file, &tmp));
@@ -129,17 +153,11 @@ pub fn prepared_graph(runtime: &Runtime, model_file: &Path, cache_dir: &Path) ->
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    match std::fs::rename(&tmp, &dir) {
-        Ok(()) => {}
-        // Another process prepared it first (the target exists and is not empty): use theirs.
-        Err(_) if graph.is_file() => {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(io("rename into", &dir, e));
-        }
+    if let Err(e) = std::fs::rename(&tmp, &dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(io("rename into", &dir, e));
     }
+    drop(lock);
     Ok(graph)
 }
 
