@@ -1127,7 +1127,12 @@ mod real_model_tests {
         let cos = min_cosine(&a, &b);
         assert!(cos > 0.99999, "prepared vs original min cosine {cos}");
         // A second session finds it prepared: the same file, nothing written again.
-        let entries = || std::fs::read_dir(&cache).unwrap().count();
+        let entries = || {
+            std::fs::read_dir(&cache)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().is_dir())
+                .count()
+        };
         assert_eq!(entries(), 1, "one prepared directory, no leftovers");
         let modified = std::fs::metadata(&loaded).unwrap().modified().unwrap();
         let again = Embedder::new(rt(), cfg).unwrap();
