@@ -2,14 +2,15 @@
 -- change them, the cluster-wide views and who may read them. (This cluster has no
 -- shared_preload_libraries: the shared-memory views say so. tests/integration/test_many_backends.py
 -- runs them with it, from a second session.)
-SELECT name, setting, context FROM pg_settings
-WHERE name IN ('tributary.shared_weights', 'tributary.shrink_arena', 'tributary.graph_cache_path',
-               'tributary.max_cpu_runs', 'tributary.cpu_overflow', 'tributary.session_idle_timeout')
-ORDER BY name;
 
 -- The CPU session maps the model's prepared graph, in the data directory.
 SELECT vector_dims(tributary_embed('a query')) AS dims;
 SELECT tributary_embed('a query')::text AS v_shared \gset
+-- (The settings exist once tributary is loaded: here, by the call above.)
+SELECT name, setting, context FROM pg_settings
+WHERE name IN ('tributary.shared_weights', 'tributary.shrink_arena', 'tributary.graph_cache_path',
+               'tributary.max_cpu_runs', 'tributary.cpu_overflow', 'tributary.session_idle_timeout')
+ORDER BY name;
 SELECT model_file ~ '/tributary_graphs/all-MiniLM-L6-v2-[0-9a-f]{16}/graph\.onnx$' AS prepared_graph,
        provider_note !~ 'weights copied' AS weights_shared
 FROM tributary.sessions WHERE model = 'all-MiniLM-L6-v2';
