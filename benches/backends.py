@@ -30,8 +30,8 @@ import time
 import psycopg
 
 PHASES = {
-    "before": {"tributary.shared_weights": "off", "tributary.shrink_arena": "off"},
-    "after": {"tributary.shared_weights": "on", "tributary.shrink_arena": "on"},
+    "before": {"tributary.shared_weights": "off", "tributary.shrink_arena": "off", "tributary.intra_op_spinning": "on"},
+    "after": {"tributary.shared_weights": "on", "tributary.shrink_arena": "on", "tributary.intra_op_spinning": "off"},
 }
 
 

@@ -28,10 +28,15 @@ import time
 import psycopg
 
 SETTINGS = {
-    "before": {"tributary.shared_weights": "off", "tributary.shrink_arena": "off", "tributary.max_cpu_runs": "-1"},
+    "before": {"tributary.shared_weights": "off", "tributary.shrink_arena": "off", "tributary.max_cpu_runs": "-1",
+               "tributary.intra_op_spinning": "on"},
     "after": {},  # the defaults
+    # Parts of "after" alone, to see what each costs or gives (--phases).
+    "after-no-cap": {"tributary.max_cpu_runs": "-1"},
+    "after-arena-kept": {"tributary.shrink_arena": "off"},
+    "after-spinning": {"tributary.intra_op_spinning": "on"},
 }
-RESET = ["tributary.shared_weights", "tributary.shrink_arena", "tributary.max_cpu_runs"]
+RESET = ["tributary.shared_weights", "tributary.shrink_arena", "tributary.max_cpu_runs", "tributary.intra_op_spinning"]
 
 
 def private_mb(pid: int) -> float | None:

@@ -21,5 +21,5 @@ cluster_psql -c "CREATE EXTENSION IF NOT EXISTS tributary CASCADE"
 mkdir -p benches/results
 # Reads /proc/PID/smaps_rollup of the backends: run as root or as the postgres OS user.
 .venv/bin/python benches/load.py --dsn "host=$PGHOST port=$PGPORT user=postgres dbname=postgres" \
-  --minutes "${1:-10}" --clients "${2:-16}" --out benches/results/load.json
+  --minutes "${1:-10}" --clients "${2:-16}" --phases "${PHASES:-before,after}" --out benches/results/load.json
 .venv/bin/python benches/load.py --plot benches/results/load.json --png benches/load.png

@@ -136,9 +136,10 @@ fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB
 /// Whether `tributary.models` has the columns of 0.3.0 (prompts, layout): false in a database
 /// whose extension has not been updated yet.
 fn catalog_has_prompts() -> Result<bool> {
-    Spi::get_one::<bool>(
+    crate::pg::spi::select_one::<bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
           WHERE attrelid = 'tributary.models'::pg_catalog.regclass AND attname = 'prompts' AND NOT attisdropped)",
+        &[],
     )
     .map(|b| b.unwrap_or(false))
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))

@@ -68,6 +68,7 @@ impl ModelRow {
             io_binding: gucs::io_binding(),
             prepared_cache: gucs::graph_cache_path(),
             shrink_arena: gucs::shrink_arena(),
+            intra_op_spinning: gucs::intra_op_spinning(),
             pooling: (self.layout != "tributary")
                 .then(|| Pooling::parse(&self.pooling))
                 .flatten(),
@@ -214,6 +215,8 @@ struct Sessions {
     last_used: Instant,
     /// Sessions the idle release dropped and not yet reported to tributary.stat_activity.
     released: u32,
+    /// Freed heap pages were handed back since the last use (see [`trim_heap`]).
+    trimmed: bool,
 }
 
 /// Sessions by key, at most [`MAX_SESSIONS`]: a use ([`with_embedder`]) makes a session the most
@@ -226,8 +229,30 @@ static SESSIONS: LazyLock<Mutex<Sessions>> = LazyLock::new(|| {
         cache: LruCache::new(MAX_SESSIONS),
         last_used: Instant::now(),
         released: 0,
+        trimmed: true,
     })
 });
+
+/// `tributary.shrink_arena`, copied for the idle-release thread like [`IDLE_TIMEOUT_MS`].
+static SHRINK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// How often a busy backend hands freed heap pages back to the system, at most.
+const TRIM_EVERY: Duration = Duration::from_secs(5);
+/// How long a backend idles before its thread hands freed heap pages back.
+const TRIM_WHEN_IDLE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    static LAST_TRIM: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// `malloc_trim(0)`: gives the pages of glibc's heaps that are free back to the system. ONNX
+/// Runtime's threads and the tokenizer allocate from glibc's per-thread arenas, and a shrunk ONNX
+/// Runtime arena is freed into them: without this a busy backend's private memory crept up by
+/// about a third over a minute of mixed calls (benches/load.py). Thread-safe.
+fn trim_heap() {
+    // SAFETY: malloc_trim only returns free pages of glibc's arenas; it is thread-safe.
+    unsafe { libc::malloc_trim(0) };
+}
 
 /// `tributary.session_idle_timeout` as the idle-release thread reads it (ms; 0 = never), copied
 /// by the main thread at every call (settings are not to be read from other threads).
@@ -235,11 +260,11 @@ static IDLE_TIMEOUT_MS: AtomicU64 = AtomicU64::new(0);
 static IDLE_RELEASE_STARTED: Once = Once::new();
 
 /// Starts, once per backend, the thread that drops this backend's sessions when none was used
-/// for `tributary.session_idle_timeout`: an idle backend waits in a read from its client, so its
-/// own thread cannot do it. The thread takes the sessions' lock only when free (never while a
-/// call runs), drops the sessions (ONNX Runtime sessions may be released from any thread) and
-/// gives the freed memory back to the system (`malloc_trim`). It calls nothing of PostgreSQL's,
-/// and it runs with every signal blocked, as ORT's threads do.
+/// for `tributary.session_idle_timeout`, and hands freed heap pages back ([`trim_heap`]) once the
+/// backend has idled for a second: an idle backend waits in a read from its client, so its own
+/// thread cannot do it. The thread takes the sessions' lock only when free (never while a call
+/// runs); ONNX Runtime sessions may be released from any thread. It calls nothing of
+/// PostgreSQL's, and it runs with every signal blocked, as ORT's threads do.
 fn start_idle_release() {
     IDLE_RELEASE_STARTED.call_once(|| {
         let spawned = crate::engine::signals::with_signals_blocked(|| {
@@ -257,32 +282,33 @@ fn idle_release_loop() {
     loop {
         let timeout = IDLE_TIMEOUT_MS.load(Ordering::Relaxed);
         let tick = if timeout == 0 {
-            Duration::from_secs(1)
+            Duration::from_millis(500)
         } else {
-            Duration::from_millis((timeout / 4).clamp(10, 1000))
+            Duration::from_millis((timeout / 4).clamp(10, 500))
         };
         std::thread::sleep(tick);
-        if timeout == 0 {
-            continue;
-        }
         let Some(mut s) = SESSIONS.try_lock() else {
             continue;
         };
-        if s.cache.is_empty() || s.last_used.elapsed() < Duration::from_millis(timeout) {
-            continue;
+        let idle = s.last_used.elapsed();
+        if timeout > 0 && !s.cache.is_empty() && idle >= Duration::from_millis(timeout) {
+            let n = s.cache.len() as u32;
+            s.cache.clear();
+            s.released += n;
+            s.trimmed = false;
         }
-        let n = s.cache.len() as u32;
-        s.cache.clear();
-        s.released += n;
-        drop(s);
-        // SAFETY: malloc_trim only returns free pages of glibc's arenas; it is thread-safe.
-        unsafe { libc::malloc_trim(0) };
+        if !s.trimmed && idle >= TRIM_WHEN_IDLE && SHRINK.load(Ordering::Relaxed) {
+            s.trimmed = true;
+            drop(s);
+            trim_heap();
+        }
     }
 }
 
 /// Runs `f` with this backend's session for `model`, creating it on first use (and loading
 /// ONNX Runtime on the first use of all). A changed catalog row or setting gives a new session.
-/// Records the call in `tributary.stat_activity` afterwards.
+/// Records the call in `tributary.stat_activity` afterwards, and with `tributary.shrink_arena`
+/// hands freed heap pages back at most every 5 s.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
     let key: Key = (
         model.name.clone(),
@@ -293,6 +319,7 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
     // tributary.ort_library is an error rather than silently ignored.
     let runtime = engine::model::runtime(&gucs::ort_library())?;
     IDLE_TIMEOUT_MS.store(gucs::session_idle_timeout_ms(), Ordering::Relaxed);
+    SHRINK.store(gucs::shrink_arena(), Ordering::Relaxed);
     start_idle_release();
     let mut sessions = SESSIONS.lock();
     if sessions.released > 0 {
@@ -345,6 +372,13 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
         run_time: after.run_time.saturating_sub(before.run_time),
     });
     sessions.last_used = Instant::now();
+    sessions.trimmed = false;
+    drop(sessions);
+    if gucs::shrink_arena() && LAST_TRIM.with(|t| t.get().is_none_or(|t| t.elapsed() >= TRIM_EVERY))
+    {
+        LAST_TRIM.with(|t| t.set(Some(Instant::now())));
+        trim_heap();
+    }
     Ok(out)
 }
 

@@ -72,6 +72,8 @@ static CPU_OVERFLOW: GucSetting<CpuOverflow> = GucSetting::<CpuOverflow>::new(Cp
 /// CPU sessions load the model's prepared graph (src/engine prepared.rs), weights mapped from a
 /// file every backend shares.
 static SHARED_WEIGHTS: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// ONNX Runtime's intra-op threads spin while waiting for work.
+static INTRA_OP_SPINNING: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// Give the CPU arena's growth back after each call's last run.
 static SHRINK_ARENA: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Empty means `$PGDATA/tributary_graphs`.
@@ -363,6 +365,14 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"tributary.intra_op_spinning",
+        c"Let ONNX Runtime's intra-op threads spin while they wait for work.",
+        c"Spinning threads take the cores from other backends' runs; on (ONNX Runtime's own default) suits a server with one busy connection.",
+        &INTRA_OP_SPINNING,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"tributary.graph_cache_path",
         c"Directory of prepared CPU graphs (tributary.shared_weights).",
@@ -410,6 +420,10 @@ pub fn graph_cache_path() -> Option<PathBuf> {
     } else {
         data_dir().join(p)
     })
+}
+
+pub fn intra_op_spinning() -> bool {
+    INTRA_OP_SPINNING.get()
 }
 
 pub fn shrink_arena() -> bool {

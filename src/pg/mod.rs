@@ -10,5 +10,6 @@ pub mod gucs;
 pub mod name;
 pub mod relation;
 pub mod roles;
+pub mod spi;
 pub mod vector;
 pub mod xact;

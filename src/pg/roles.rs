@@ -16,8 +16,9 @@ use crate::pg::error::{spi_error, OrRaise};
 /// The role that owns the tributary extension (a superuser: the extension is not trusted);
 /// the bootstrap superuser when the extension row cannot be found.
 pub fn extension_owner() -> pg_sys::Oid {
-    Spi::get_one::<pg_sys::Oid>(
+    crate::pg::spi::select_one::<pg_sys::Oid>(
         "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'tributary'",
+        &[],
     )
     .map_err(spi_error)
     .or_raise()

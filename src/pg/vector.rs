@@ -112,7 +112,7 @@ pub fn halfvec_type_oid() -> pg_sys::Oid {
 
 fn pgvector_type(cache: &Cell<pg_sys::Oid>, name: &str) -> pg_sys::Oid {
     if cache.get() == pg_sys::InvalidOid {
-        let oid = Spi::get_one_with_args::<pg_sys::Oid>(
+        let oid = crate::pg::spi::select_one::<pg_sys::Oid>(
             "SELECT t.oid FROM pg_catalog.pg_type t \
              JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' \
              JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \

@@ -33,6 +33,8 @@ pub(crate) fn embed_column(
     batch_size: i32,
     row_options: Option<RowOptions>,
 ) -> Result<i64> {
+    // 25006 in a read-only transaction (a hot standby's), before any work.
+    crate::pg::spi::require_writable(c"tributary_embed_column()");
     let model = catalog::model(model)?;
     let plan = Plan::new(tbl, columns, target, &model, row_options.is_some())?;
     let (prompt_name, _) = model.prompt(prompt)?;

@@ -27,6 +27,9 @@ pub(super) fn job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
             hint: Some("Call tributary_job_create, _pause, _resume, _cancel or _drop.".into()),
         }),
     };
+    // Every operation writes: 25006 in a read-only transaction (a hot standby's), by name.
+    let what = std::ffi::CString::new(format!("tributary_job_{op}()")).unwrap_or_default();
+    crate::pg::spi::require_writable(&what);
     // SAFETY: plain reads of the session's user state.
     let caller = unsafe {
         if pg_sys::InSecurityRestrictedOperation() {

@@ -129,7 +129,7 @@ def test_backends_map_one_prepared_graph(dsn):
 def test_settings_a_non_superuser_may_not_change(dsn):
     with as_role(dsn, ROLE) as c:
         for name, value in [("cpu_overflow", "error"), ("shared_weights", "off"), ("shrink_arena", "off"),
-                            ("graph_cache_path", "/tmp")]:
+                            ("graph_cache_path", "/tmp"), ("intra_op_spinning", "on")]:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 c.execute(f"SET tributary.{name} = '{value}'")
         for name, value in [("max_cpu_runs", "-1"), ("session_idle_timeout", "0")]:

@@ -8,7 +8,7 @@ SELECT vector_dims(tributary_embed('a query')) AS dims;
 SELECT tributary_embed('a query')::text AS v_shared \gset
 -- (The settings exist once tributary is loaded: here, by the call above.)
 SELECT name, setting, context FROM pg_settings
-WHERE name IN ('tributary.shared_weights', 'tributary.shrink_arena', 'tributary.graph_cache_path',
+WHERE name IN ('tributary.shared_weights', 'tributary.shrink_arena', 'tributary.graph_cache_path', 'tributary.intra_op_spinning',
                'tributary.max_cpu_runs', 'tributary.cpu_overflow', 'tributary.session_idle_timeout')
 ORDER BY name;
 SELECT model_file ~ '/tributary_graphs/all-MiniLM-L6-v2-[0-9a-f]{16}/graph\.onnx$' AS prepared_graph,
@@ -39,6 +39,7 @@ SET ROLE activity_user;
 SELECT expect_error($$SET tributary.cpu_overflow = error$$);
 SELECT expect_error($$SET tributary.shared_weights = off$$);
 SELECT expect_error($$SET tributary.shrink_arena = off$$);
+SELECT expect_error($$SET tributary.intra_op_spinning = on$$);
 SELECT expect_error($$SET tributary.graph_cache_path = '/tmp'$$);
 SELECT expect_error($$SET tributary.max_cpu_runs = -1$$);
 SELECT expect_error($$SET tributary.session_idle_timeout = 0$$);
