@@ -133,7 +133,7 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     b, f, t = result["before"], result["after"], result["throughput"]
     print()
-    print("| | before (weights copied, arena kept) | after (shared weights, arena shrunk) |")
+    print("| | before (weights copied, arena kept, threads spin) | after (shared weights, arena shrunk, no spinning) |")
     print("|---|---|---|")
     print(f"| private memory per backend, after short queries (MB, median / max of {a.backends}) | "
           f"{b['private_mb_small']['median']} / {b['private_mb_small']['max']} | {f['private_mb_small']['median']} / {f['private_mb_small']['max']} |")
