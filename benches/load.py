@@ -116,20 +116,28 @@ def run_phase(dsn: str, phase: str, clients: int, seconds: float, texts: list[st
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)] + [threading.Thread(target=writer)]
     for t in threads:
         t.start()
-    memory: dict = {}
+    # Every backend's private memory every 5 s: a sample taken while a call is in flight holds
+    # that call's buffers, so each mark (minute 2, the end) is reported both as one snapshot and
+    # as each backend's minimum over the 30 s before it (what it keeps between calls).
+    samples: list[tuple[float, dict[int, float | None], list[float | None]]] = []
     mark = min(120.0, seconds / 2)
     with psycopg.connect(dsn, autocommit=True) as m:
-        def sample(label: str) -> None:
+        while time.monotonic() - t0 < seconds - 0.5:
             workers = [r[0] for r in m.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker'")]
-            memory[label] = {"clients": [private_mb(p) for p in list(pids)], "workers": [private_mb(p) for p in workers]}
-        time.sleep(max(0.0, mark - (time.monotonic() - t0)))
-        sample("minute_2")
-        time.sleep(max(0.0, seconds - (time.monotonic() - t0) - 1))
-        sample("end")
+            samples.append((time.monotonic() - t0, {p: private_mb(p) for p in list(pids)}, [private_mb(p) for p in workers]))
+            time.sleep(min(5.0, max(0.0, seconds - 0.5 - (time.monotonic() - t0))))
         stop.set()
         for t in threads:
             t.join()
         job = m.execute("SELECT rows_done, rows_queued, rows_failed FROM tributary.jobs WHERE name = 'load_feed_job'").fetchone()
+
+    def at(when: float) -> dict:
+        window = [s for s in samples if when - 30 <= s[0] <= when] or samples[-1:]
+        snap = min(samples, key=lambda s: abs(s[0] - when))
+        kept = {p: min((s[1].get(p) for s in window if s[1].get(p) is not None), default=None) for p in pids}
+        return {"clients": [snap[1].get(p) for p in pids], "clients_kept": [kept[p] for p in pids], "workers": snap[2]}
+
+    memory = {"minute_2": at(mark), "end": at(samples[-1][0])}
     elapsed = seconds
     out: dict = {"phase": phase, "clients": clients, "seconds": elapsed, "settings": SETTINGS[phase] or "defaults"}
     for kind in ("search", "batch"):
@@ -149,8 +157,15 @@ def run_phase(dsn: str, phase: str, clients: int, seconds: float, texts: list[st
         return {"median": round(statistics.median(xs), 1), "max": round(max(xs), 1), "sum": round(sum(xs), 1)} if xs else {}
 
     out["memory_mb"] = {label: {k: summary(v) for k, v in d.items()} for label, d in memory.items()}
-    growth = [(e - s) / s * 100 for s, e in zip(memory["minute_2"]["clients"], memory["end"]["clients"]) if s and e]
-    out["memory_growth_pct"] = {"median": round(statistics.median(growth), 1), "max": round(max(growth), 1)} if growth else {}
+
+    def growth(key: str) -> dict:
+        g = [(e - s) / s * 100 for s, e in zip(memory["minute_2"][key], memory["end"][key]) if s and e]
+        return {"median": round(statistics.median(g), 1), "max": round(max(g), 1)} if g else {}
+
+    out["memory_growth_pct"] = growth("clients")
+    out["memory_kept_growth_pct"] = growth("clients_kept")
+    out["memory_series"] = [{"t": t, "clients_median": statistics.median([v for v in c.values() if v is not None] or [0])}
+                            for t, c, _ in samples]
     series = []
     for w in range(0, int(elapsed), 10):
         win = [e for e in events if w <= e[0] < w + 10 and e[3]]
@@ -184,15 +199,10 @@ def plot(data: dict, png: str) -> None:
         b.plot([x["t"] / 60 for x in s], [x["search_p99_ms"] for x in s], label=phase["phase"])
     a.set(title="rows embedded per second (10 s windows)", xlabel="minute")
     b.set(title="search p99 latency (ms, 10 s windows)", xlabel="minute", yscale="log")
-    labels, mins, ends = [], [], []
     for phase in data["phases"]:
-        labels.append(phase["phase"])
-        mins.append(phase["memory_mb"]["minute_2"]["clients"].get("median", 0))
-        ends.append(phase["memory_mb"]["end"]["clients"].get("median", 0))
-    xs = range(len(labels))
-    m.bar([x - 0.2 for x in xs], mins, 0.4, label="minute 2")
-    m.bar([x + 0.2 for x in xs], ends, 0.4, label="end")
-    m.set(title="private memory per client backend (MB, median)", xticks=list(xs), xticklabels=labels)
+        s = phase.get("memory_series", [])
+        m.plot([x["t"] / 60 for x in s], [x["clients_median"] for x in s], label=phase["phase"])
+    m.set(title="private memory per client backend (MB, median, every 5 s)", xlabel="minute", ylim=(0, None))
     for ax in (a, b, m):
         ax.legend()
     fig.suptitle(f"{data['phases'][0]['clients']} clients, {data['phases'][0]['seconds'] / 60:.0f} min per phase, all-MiniLM-L6-v2 on the CPU")
@@ -243,6 +253,9 @@ def main() -> None:
         ("... at the end, median / max", lambda p: f"{p['memory_mb']['end']['clients'].get('median')} / {p['memory_mb']['end']['clients'].get('max')}"),
         ("... all client backends together at the end", lambda p: p["memory_mb"]["end"]["clients"].get("sum")),
         ("growth minute 2 -> end per backend (%), median / max", lambda p: f"{p['memory_growth_pct'].get('median')} / {p['memory_growth_pct'].get('max')}"),
+        ("kept between calls (min over 30 s) per client backend at minute 2, median / max", lambda p: f"{p['memory_mb']['minute_2']['clients_kept'].get('median')} / {p['memory_mb']['minute_2']['clients_kept'].get('max')}"),
+        ("... at the end, median / max", lambda p: f"{p['memory_mb']['end']['clients_kept'].get('median')} / {p['memory_mb']['end']['clients_kept'].get('max')}"),
+        ("growth of what is kept, minute 2 -> end (%), median / max", lambda p: f"{p['memory_kept_growth_pct'].get('median')} / {p['memory_kept_growth_pct'].get('max')}"),
         ("job worker private MB at the end", lambda p: p["memory_mb"]["end"]["workers"].get("max", "-")),
     ]
     for label, f in rows:

@@ -19,7 +19,7 @@ use std::cell::Cell;
 use pgrx::pg_sys;
 
 use super::error::TributaryError;
-use super::gpu::LOCK_CLASS;
+use super::gpu::{lock_slot, slot_tag, unlock_slot};
 use super::gucs::{self, CpuOverflow};
 
 thread_local! {
@@ -29,35 +29,17 @@ thread_local! {
     static WAITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-fn tag(slot: u32) -> pg_sys::LOCKTAG {
-    pg_sys::LOCKTAG {
-        locktag_field1: 0,
-        locktag_field2: LOCK_CLASS,
-        locktag_field3: slot,
-        locktag_field4: 3,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    }
-}
+/// `pg_locks.objsubid` of CPU run slots (GPU slots use 2).
+const CPU_RUN_SLOTS: u16 = 3;
 
 fn acquire(slot: u32, wait: bool) -> bool {
-    // SAFETY: a well-formed advisory tag; the session lock is released by `release` (or by the
-    // lock manager at backend exit).
-    let r = unsafe {
-        pg_sys::LockAcquire(
-            &tag(slot),
-            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-            true,
-            !wait,
-        )
-    };
-    r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+    lock_slot(&slot_tag(CPU_RUN_SLOTS, slot), wait)
 }
 
 fn release() {
     if let Some(slot) = HELD.with(Cell::take) {
-        // SAFETY: we hold this session lock (taken in `CpuRuns::before_run`).
-        unsafe { pg_sys::LockRelease(&tag(slot), pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
+        // Held: taken in `CpuRuns::before_run`.
+        unlock_slot(&slot_tag(CPU_RUN_SLOTS, slot));
     }
 }
 

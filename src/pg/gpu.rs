@@ -32,29 +32,44 @@ pub fn held_slot() -> Option<u32> {
     SLOT.with(Cell::get)
 }
 
-fn tag(slot: u32) -> pg_sys::LOCKTAG {
+/// `pg_locks.objsubid` of GPU slots (CPU run slots, src/pg/admission.rs, use 3).
+const GPU_SLOTS: u16 = 2;
+
+/// The lock tag of slot `slot` of kind `kind` (`pg_locks.objsubid`): an advisory tag with
+/// database 0 and class [`LOCK_CLASS`].
+pub(super) fn slot_tag(kind: u16, slot: u32) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
         locktag_field1: 0,
         locktag_field2: LOCK_CLASS,
         locktag_field3: slot,
-        locktag_field4: 2,
+        locktag_field4: kind,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
     }
 }
 
-fn try_lock(slot: u32, wait: bool) -> bool {
+/// Takes slot `tag` as an exclusive session lock: at once or not at all, or (`wait`) waiting for
+/// it, interruptibly. False when not taken.
+pub(super) fn lock_slot(tag: &pg_sys::LOCKTAG, wait: bool) -> bool {
     // SAFETY: a well-formed advisory tag; a session lock outlives transactions and is released by
-    // the lock manager at backend exit.
-    let r = unsafe {
-        pg_sys::LockAcquire(
-            &tag(slot),
-            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
-            true,
-            !wait,
-        )
-    };
+    // its holder or by the lock manager at backend exit.
+    let r =
+        unsafe { pg_sys::LockAcquire(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true, !wait) };
     r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Releases slot `tag`, taken by [`lock_slot`].
+pub(super) fn unlock_slot(tag: &pg_sys::LOCKTAG) {
+    // SAFETY: the caller holds this session lock.
+    unsafe { pg_sys::LockRelease(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
+}
+
+fn tag(slot: u32) -> pg_sys::LOCKTAG {
+    slot_tag(GPU_SLOTS, slot)
+}
+
+fn try_lock(slot: u32, wait: bool) -> bool {
+    lock_slot(&tag(slot), wait)
 }
 
 /// Asks for a GPU slot before a session is created on a GPU. `Ok(true)`: admitted (or no cap);
@@ -126,7 +141,6 @@ pub fn ensure_held() {
 /// since a CUDA context, once made, stays until the backend exits.
 pub fn release() {
     if let Some(slot) = SLOT.with(|s| s.take()) {
-        // SAFETY: we hold this session lock (taken in `admit`).
-        unsafe { pg_sys::LockRelease(&tag(slot), pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) };
+        unlock_slot(&tag(slot));
     }
 }
