@@ -275,23 +275,26 @@ def test_continuous_job_under_concurrent_updates_ends_with_current_text(cluster)
     """Rows changed while their batch is in flight: the write checks that the text it embedded
     is still the row's text, so no embedding of an older text survives the last change."""
     dsn = cluster["dsn"]
+    # Enough rows that the job runs for seconds (it embedded 1,500 in about a second once ONNX
+    # Runtime's threads stopped spinning), so that many edits land while batches are in flight.
+    n = 5000
     with connect(dsn) as c:
         c.execute("DROP TABLE IF EXISTS busy")
         c.execute("CREATE TABLE busy (id int PRIMARY KEY, body text, embedding vector(384))")
-        c.execute("INSERT INTO busy SELECT g, 'first text of row ' || g FROM generate_series(1, 1500) g")
+        c.execute("INSERT INTO busy SELECT g, 'first text of row ' || g FROM generate_series(1, %s) g", (n,))
         job_id = c.execute("SELECT tributary_job_create('busy', '{body}', mode => 'continuous', batch_size => 32, "
                            "workers => 2)").fetchone()[0]
         edits = 0
         deadline = time.monotonic() + 600
-        while job(dsn, job_id)["rows_done"] < 1500 and time.monotonic() < deadline:
+        while job(dsn, job_id)["rows_done"] < n and time.monotonic() < deadline:
             # Rows near the front of the queue, likely in a batch right now.
             done = job(dsn, job_id)["rows_done"]
             c.execute("UPDATE busy SET body = 'edit ' || %s || ' of row ' || id WHERE id BETWEEN %s AND %s",
                       (edits, done + 1, done + 40))
             edits += 1
-            time.sleep(0.1)
+            time.sleep(0.03)
         assert edits > 10
-    wait_for(dsn, job_id, lambda j: j["rows_queued"] == 0 and j["rows_done"] >= 1500, 600, "queue drained")
+    wait_for(dsn, job_id, lambda j: j["rows_queued"] == 0 and j["rows_done"] >= n, 600, "queue drained")
     time.sleep(1.0)
     wait_for(dsn, job_id, lambda j: j["rows_queued"] == 0, 120, "queue drained again")
     with connect(dsn) as c:
