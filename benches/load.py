@@ -202,7 +202,7 @@ def plot(data: dict, png: str) -> None:
     for phase in data["phases"]:
         s = phase.get("memory_series", [])
         m.plot([x["t"] / 60 for x in s], [x["clients_median"] for x in s], label=phase["phase"])
-    m.set(title="private memory per client backend (MB, median, every 5 s)", xlabel="minute", ylim=(0, None))
+    m.set(title="private MB per client backend\n(median, sampled every 5 s)", xlabel="minute", ylim=(0, None))
     for ax in (a, b, m):
         ax.legend()
     fig.suptitle(f"{data['phases'][0]['clients']} clients, {data['phases'][0]['seconds'] / 60:.0f} min per phase, all-MiniLM-L6-v2 on the CPU")
