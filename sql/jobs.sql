@@ -40,7 +40,8 @@ CREATE TABLE tributary._jobs (
     mode          text NOT NULL CHECK (mode IN ('once', 'continuous')),
     workers       integer NOT NULL CHECK (workers BETWEEN 1 AND 32),
     row_options   jsonb,                         -- whole rows: exclude, parents, children, time_columns
-    owner         regrole NOT NULL,              -- rows are read and written with this role's rights
+    owner         regrole NOT NULL,              -- the source's owner: rows are read and written with its rights
+                                                 -- (kept in step by tributary._job_sync_owner)
     state         text NOT NULL DEFAULT 'pending'
                   CHECK (state IN ('pending', 'running', 'paused', 'done', 'failed', 'cancelled')),
     queue         regclass NOT NULL,
@@ -60,7 +61,14 @@ CREATE TABLE tributary._jobs (
                                     -- transition tables new_rows/old_rows, run by _job_trigger
         UNIQUE (owner, name),
     rows_truncated bigint NOT NULL DEFAULT 0,    -- of rows_done, texts longer than the model's window (cut to it)
-    prompt        text                           -- the model's prompt the texts are embedded with, or NULL
+    prompt        text,                          -- the model's prompt the texts are embedded with, or NULL
+    -- A chunk job's (sql/chunks.sql; NULL for other jobs): the table whose text column it chunks,
+    -- its trigger function there (the trigger is the one on chunk_source calling it), and the
+    -- sizes. Typed references, so pg_dump and pg_restore carry them by name.
+    chunk_source   regclass,
+    chunk_function regprocedure,
+    chunk_tokens   integer,
+    chunk_overlap  integer
 );
 
 -- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
@@ -113,6 +121,14 @@ REVOKE ALL ON FUNCTION tributary._jobs_added() FROM PUBLIC;
 CREATE TRIGGER jobs_added AFTER INSERT ON tributary._jobs
     FOR EACH STATEMENT EXECUTE FUNCTION tributary._jobs_added();
 
+-- The role a job acts as: the owner of its source table, read from the table (pg_class), so
+-- that ALTER TABLE ... OWNER TO and REASSIGN OWNED take effect at once; the owner recorded in
+-- the job when its source is gone.
+CREATE FUNCTION tributary._job_owner(j tributary._jobs) RETURNS oid
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT c.relowner FROM pg_class c WHERE c.oid = j.source), j.owner)
+$$;
+
 -- Rows waiting in a job's queue (claimed rows of batches not yet committed included).
 -- Runs with the caller's rights: a job's owner may read its queue, nobody else.
 CREATE FUNCTION tributary._queued(queue regclass) RETURNS bigint
@@ -142,7 +158,7 @@ SELECT j.id, j.name,
        CASE WHEN j.state = 'running' AND s.workers_in_database = 0 THEN 'waiting' ELSE j.state END AS state,
        j.mode, j.source, j.columns,
               coalesce(j.target_table, j.source) AS target_table, j.target, j.model, j.prompt, j.batch_size, j.workers,
-       j.owner,
+       tributary._job_owner(j)::regrole AS owner,
        j.rows_done,
        j.rows_truncated,
        q.queued AS rows_queued,
@@ -166,13 +182,13 @@ CROSS JOIN LATERAL (
     LEFT JOIN tributary._job_batches b ON b.job_id = j.id AND b.finished_at > w.since) r
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(wk.pid ORDER BY wk.pid), '{}') AS pids FROM wk WHERE wk.job = j.id) p
-WHERE pg_has_role(j.owner, 'USAGE');
+WHERE pg_has_role(tributary._job_owner(j), 'USAGE');
 
 CREATE VIEW tributary.job_errors WITH (security_barrier) AS
 SELECT x.job_id, j.name AS job_name, x.key, x.sqlstate, x.message, x.detail, x.attempts, x.status,
        x.first_failed_at, x.last_failed_at, x.next_attempt_at
 FROM tributary._job_errors x JOIN tributary._jobs j ON j.id = x.job_id
-WHERE pg_has_role(j.owner, 'USAGE');
+WHERE pg_has_role(tributary._job_owner(j), 'USAGE');
 GRANT SELECT ON tributary.jobs, tributary.job_errors TO PUBLIC;
 
 -- pgvector's vector or halfvec type, schema-qualified.
@@ -184,10 +200,46 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      WHERE t.typname = _vector_type.typname
 $$;
 
--- The caller's job, or 42704: a job of a role the caller is not a member of does not exist
--- for the caller (the same error as an unknown id: other users' job ids are not revealed).
--- lock: also lock the job's row (not before dropping a job's triggers and queue, which wait for
--- the batch in flight, whose commit updates that row).
+-- Brings the job's recorded owner, and its queue's privileges, in step with the source table's
+-- owner (after ALTER TABLE ... OWNER TO, REASSIGN OWNED, or a job made before 0.5.0 by a role
+-- other than the table's owner): the new owner gets the queue, the old one loses it. Returns
+-- the owner. Called by the continuous trigger, the workers and the event trigger before they
+-- act as the owner.
+CREATE FUNCTION tributary._job_sync_owner(job bigint) RETURNS oid
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j tributary._jobs;
+    o oid;
+BEGIN
+    SELECT * INTO j FROM tributary._jobs WHERE id = job;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    o := tributary._job_owner(j);
+    IF o = j.owner AND coalesce(has_table_privilege(o, j.queue, 'INSERT'), true) THEN
+        RETURN o;
+    END IF;
+    -- One session changes it; the others wait here and find it done.
+    SELECT * INTO j FROM tributary._jobs WHERE id = job FOR UPDATE;
+    o := tributary._job_owner(j);
+    IF EXISTS (SELECT 1 FROM pg_class WHERE oid = j.queue) THEN
+        IF o <> j.owner AND EXISTS (SELECT 1 FROM pg_roles WHERE oid = j.owner) THEN
+            EXECUTE format('REVOKE ALL ON %s FROM %s', j.queue, j.owner::regrole);
+        END IF;
+        IF NOT has_table_privilege(o, j.queue, 'INSERT') THEN
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s', j.queue, o::regrole);
+        END IF;
+    END IF;
+    IF o <> j.owner THEN
+        UPDATE tributary._jobs SET owner = o WHERE id = job;
+    END IF;
+    RETURN o;
+END $$;
+
+-- The caller's job, or 42704: a job on a table whose owner the caller is not a member of does
+-- not exist for the caller (the same error as an unknown id: other users' job ids are not
+-- revealed). lock: also lock the job's row (not before dropping a job's triggers and queue,
+-- which wait for the batch in flight, whose commit updates that row).
 CREATE FUNCTION tributary._own_job(caller oid, job bigint, lock boolean DEFAULT true) RETURNS tributary._jobs
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE j tributary._jobs;
@@ -196,9 +248,9 @@ BEGIN
         RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF lock THEN
-        SELECT * INTO j FROM tributary._jobs x WHERE x.id = job AND pg_has_role(caller, x.owner, 'USAGE') FOR UPDATE;
+        SELECT * INTO j FROM tributary._jobs x WHERE x.id = job AND pg_has_role(caller, tributary._job_owner(x), 'USAGE') FOR UPDATE;
     ELSE
-        SELECT * INTO j FROM tributary._jobs x WHERE x.id = job AND pg_has_role(caller, x.owner, 'USAGE');
+        SELECT * INTO j FROM tributary._jobs x WHERE x.id = job AND pg_has_role(caller, tributary._job_owner(x), 'USAGE');
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object',
@@ -229,9 +281,10 @@ DECLARE
     exclude      text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'exclude') = 'array' THEN a->'exclude' END) x);
     parents      integer := coalesce((a->>'parents')::integer, 0);
     children     integer := coalesce((a->>'children')::integer, 0);
-        time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
+    time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
     prompt       text := a->>'prompt';
     whole     boolean := columns = '{*}';
+    owner     oid;      -- the source's owner: the job acts as this role, whoever makes it
     m         tributary.models;
     pk        text[];           -- primary key columns, quoted
     pk_types  text[];
@@ -239,23 +292,11 @@ DECLARE
     tgt       regclass;
     tgt_name  text;
     tgt_type  text;
-    vtype     text;     -- the target's type, schema-qualified (pgvector may live in any schema)
     c         text;
     id        bigint := nextval('tributary._jobs_id_seq');
     q         text := format('tributary.%I', '_queue_' || id);
-    k_src     text;  k_new text;  k_old text;  k_kk text;  k_k text;  k_g text;  k_q text;  k_o text;
-    text_expr text;
-    differs   text;
-    nonnull   text := 'true';   -- over the new rows n
-    nonnull_t text := 'true';   -- over the source rows t
-    excl      text[];
-    arr       text;
-    filter    text;
-    guard     text;     -- what the row's text is made of, to check before writing that it did not change
-    checked   text;     -- that check over the source row t and the batch's row u (continuous mode)
     skind     "char";   -- the source's relkind: r or p
     src_from  text;     -- the source in FROM: ONLY for an ordinary table (not its inheritance children)
-    tgt_from  text;     -- the target table in FROM, DELETE and TRUNCATE: ONLY for an ordinary table
     n_kids    integer;
     ancestors text;
     jr        tributary._jobs;
@@ -263,7 +304,8 @@ BEGIN
     IF source IS NULL OR columns IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'source, columns and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO src FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = source;
+    SELECT format('%I.%I', n.nspname, c.relname), c.relowner INTO src, owner
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = source;
     IF src IS NULL THEN
         RAISE EXCEPTION 'relation with OID % does not exist', source::oid USING ERRCODE = 'undefined_table';
     END IF;
@@ -276,6 +318,10 @@ BEGIN
     IF cardinality(columns) IS NULL OR cardinality(columns) = 0 THEN
         RAISE EXCEPTION 'columns must name at least one column' USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Name the text columns, or pass ''{*}'' to embed whole rows.';
+    END IF;
+    IF array_position(columns, NULL) IS NOT NULL OR array_position(exclude, NULL) IS NOT NULL
+       OR array_position(time_columns, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'column names must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF mode IS NULL OR mode NOT IN ('once', 'continuous') THEN
         RAISE EXCEPTION 'mode must be once or continuous, not %', coalesce(mode, 'NULL')
@@ -296,8 +342,9 @@ BEGIN
     IF parents < 0 OR children < 0 THEN
         RAISE EXCEPTION 'parents and children must be 0 or more' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Only the table's owner makes jobs on it: a job adds triggers to it and writes every row.
-    IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = source), 'USAGE') THEN
+    -- Only the table's owner (or a member of it) makes jobs on it: a job adds triggers to it and
+    -- writes every row. The job acts as the table's owner, never as the caller.
+    IF NOT pg_has_role(caller, owner, 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', src USING ERRCODE = 'insufficient_privilege';
     END IF;
     -- Partitioned tables: the primary key holds the partition key, so a key is unique across the
@@ -343,7 +390,8 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- The target: a column of source, or of a separate table keyed like source (made if missing).
+    -- The target: a column of source, or of a separate table keyed like source (made if missing,
+    -- owned by the source's owner).
     IF target_table IS NULL THEN
         tgt := source;
     ELSE
@@ -357,16 +405,18 @@ BEGIN
         END IF;
         tgt := to_regclass(target_table);
         IF tgt IS NULL THEN
-            IF NOT has_schema_privilege(caller, (parse_ident(target_table))[1], 'CREATE') THEN
+            IF NOT has_schema_privilege(caller, (parse_ident(target_table))[1], 'CREATE')
+               OR NOT has_schema_privilege(owner, (parse_ident(target_table))[1], 'CREATE') THEN
                 RAISE EXCEPTION 'permission denied to create table % in its schema', target_table
-                    USING ERRCODE = 'insufficient_privilege';
+                    USING ERRCODE = 'insufficient_privilege',
+                          DETAIL = format('The target table is made for the source''s owner, %s.', owner::regrole);
             END IF;
             EXECUTE format('CREATE TABLE %s (%s, %I %s(%s), PRIMARY KEY (%s))', target_table,
                 (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)),
                 target, tributary._vector_type(CASE WHEN m.precision = 'fp16' THEN 'halfvec' ELSE 'vector' END), m.dimension,
                 array_to_string(pk, ', '));
             tgt := to_regclass(target_table);
-            EXECUTE format('ALTER TABLE %s OWNER TO %s', tgt, caller::regrole);
+            EXECUTE format('ALTER TABLE %s OWNER TO %s', tgt, owner::regrole);
         ELSIF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = tgt), 'USAGE') THEN
             RAISE EXCEPTION 'must be owner of table %', tgt USING ERRCODE = 'insufficient_privilege';
         ELSIF (SELECT relkind FROM pg_class WHERE oid = tgt) NOT IN ('r', 'p') THEN
@@ -374,15 +424,18 @@ BEGIN
                 HINT = 'A target table is an ordinary or partitioned table.';
         ELSIF (SELECT relpersistence FROM pg_class WHERE oid = tgt) = 't' THEN
             RAISE EXCEPTION 'jobs cannot write to temporary table %', tgt USING ERRCODE = 'feature_not_supported';
+        ELSIF NOT has_table_privilege(owner, tgt, 'SELECT, INSERT, UPDATE, DELETE') THEN
+            RAISE EXCEPTION 'the owner of table %, %, may not write table %', src, owner::regrole, tgt
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'A job reads and writes as its source table''s owner.',
+                      HINT = format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s;', tgt, owner::regrole);
         END IF;
     END IF;
     tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
-    tgt_from := CASE WHEN (SELECT relkind FROM pg_class WHERE oid = tgt) = 'r' THEN 'ONLY ' ELSE '' END || tgt_name;
     -- 42703, 42804, 22000 (sql/bootstrap.sql), as tributary_embed_column checks its target.
     tgt_type := tributary._target_column(tgt, target, m.name, m.dimension, relname => tgt_name);
-    vtype := tributary._vector_type(tgt_type);
     -- 22023 when another model filled the target column (sql/columns.sql); else recorded.
-        PERFORM tributary._bind_column(tgt, target, m.name, prompt, format('a job of %s', caller::regrole));
+    PERFORM tributary._bind_column(tgt, target, m.name, prompt, format('a job of %s', owner::regrole));
     IF tgt <> source AND NOT EXISTS (
         SELECT 1 FROM pg_index i WHERE i.indrelid = tgt AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            AND (SELECT array_agg(quote_ident(a.attname) ORDER BY a.attname) FROM unnest(i.indkey) k(n)
@@ -393,38 +446,7 @@ BEGIN
             HINT = 'A target table holds one embedding per source row: its primary key must be the source''s primary key columns.';
     END IF;
 
-    -- Key expressions: t = source row, k = key record, kk = key from a jsonb, n/o = new/old rows.
-    k_src := (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p);
-    k_k   := (SELECT string_agg('k.' || p, ', ') FROM unnest(pk) p);
-    k_kk  := (SELECT string_agg('kk.' || p, ', ') FROM unnest(pk) p);
-    k_new := (SELECT string_agg('n.' || p, ', ') FROM unnest(pk) p);
-    k_old := (SELECT string_agg('o.' || p, ', ') FROM unnest(pk) p);
-    k_g   := (SELECT string_agg('g.' || p, ', ') FROM unnest(pk) p);
-    k_q   := (SELECT string_agg('q.' || p, ', ') FROM unnest(pk) p);
-    k_o   := array_to_string(pk, ', ');
-
-    IF whole THEN
-        text_expr := 'row_to_json(t.*)::text';   -- t.*: never a column named t
-        -- Columns whose change does not change the row's text: the target and other embeddings.
-        SELECT array_agg(a.attname::text) INTO excl FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-         WHERE a.attrelid = source AND a.attnum > 0 AND NOT a.attisdropped
-           AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = source AND a.attname = target));
-        excl := coalesce(excl, '{}') || coalesce(exclude, '{}');
-        differs := format('(to_jsonb(o.*) - %L::text[]) IS DISTINCT FROM (to_jsonb(n.*) - %L::text[])', excl, excl);
-        guard := format('(to_jsonb(t.*) - %L::text[])::text', excl);
-    ELSE
-        arr := (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x);
-        text_expr := format('CASE WHEN num_nonnulls(%s) > 0 THEN concat_ws(E''\n'', %s) END', arr, arr);
-        -- As text: every type has one, not every type has "=".
-        differs := format('ROW(%s) IS DISTINCT FROM ROW(%s)',
-            (SELECT string_agg('o.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x),
-            (SELECT string_agg('n.' || quote_ident(x) || '::text', ', ') FROM unnest(columns) x));
-        nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(columns) x));
-        nonnull_t := format('num_nonnulls(%s) > 0', arr);
-        guard := text_expr;
-    END IF;
-
-    IF name IS NOT NULL AND EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = caller AND x.name = name) THEN
+    IF name IS NOT NULL AND EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = owner AND x.name = name) THEN
         RAISE EXCEPTION 'job "%" already exists', name USING ERRCODE = 'duplicate_object',
             HINT = 'Job names are unique per owner; pick another name, or drop the old job with tributary_job_drop().';
     END IF;
@@ -432,89 +454,33 @@ BEGIN
     -- The queue: source keys still to embed. No unique key: a trigger never waits for (or is
     -- skipped because of) a batch that holds the same key; a claim takes a key's duplicates once.
     EXECUTE format('CREATE TABLE %s (%s)', q, (SELECT string_agg(p || ' ' || t, ', ') FROM unnest(pk, pk_types) AS x(p, t)));
-    EXECUTE format('CREATE INDEX ON %s (%s)', q, k_o);
+    EXECUTE format('CREATE INDEX ON %s (%s)', q, array_to_string(pk, ', '));
     -- Every statement over the queue's rows (claims, requeues, the continuous trigger's inserts)
     -- runs as the owner: its key values are of the owner's types, whose domains' checks and
     -- casts are the owner's code.
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s', q, caller::regrole);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s', q, owner::regrole);
     -- No write between the fill and the triggers goes unseen.
     -- (A partitioned table's partitions are locked with it; an ordinary table's children are not
     -- the job's.)
     IF mode = 'continuous' THEN
         EXECUTE format('LOCK TABLE %s IN SHARE MODE', src_from);
     END IF;
-    checked := CASE WHEN mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
-        INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, prompt, batch_size,
+    INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, prompt, batch_size,
         mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
-    VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = caller AND x.name = format('%s.%s', src, target))
+    VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = owner AND x.name = format('%s.%s', src, target))
                                 THEN format('%s.%s (job %s)', src, target, id) ELSE format('%s.%s', src, target) END), source, columns, nullif(tgt, source), target, tgt_type,
-                m.name, prompt, batch_size, mode, workers,
+        m.name, prompt, batch_size, mode, workers,
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
-        caller, q::regclass,
-        format('WITH c AS (DELETE FROM %s AS q USING (SELECT ctid AS tid FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) AS s '
-               'WHERE q.ctid = s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', q, q, k_o),
-        format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
-               'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', q, q, k_q, k_kk),
-        format('SELECT to_jsonb(k.*)::text, %s, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
-               'FOR KEY SHARE OF t', text_expr, guard, src_from, q, k_src, k_k),
-        CASE WHEN tgt = source THEN
-            format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
-                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s) AND %s',
-                   src_from, target, vtype, q, k_src, k_kk, checked)
-        ELSE
-            format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
-                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk '
-                   'WHERE EXISTS (SELECT 1 FROM %s AS t WHERE (%s) = (%s) AND %s)), '
-                   'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
-                   'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
-                   'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
-                   vtype, q, src_from, k_src, k_kk, checked, tgt_from, k_g, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p),
-                   tgt_name, k_o, target, (SELECT string_agg('u.' || p, ', ') FROM unnest(pk) p), k_o, target, target)
-        END,
-        format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '
-               'ON CONFLICT DO NOTHING', q, q));
-
-    IF mode = 'continuous' THEN
-        -- Statement-level triggers with transition tables: one INSERT into the queue per
-        -- statement. They call tributary._job_trigger (C, owned by the extension's owner, so no
-        -- job owner can alter it), which runs the statement below for TG_OP as the job's owner:
-        -- whoever writes the source need not see the queue, and nothing runs with more rights
-        -- than the owner's.
-        UPDATE tributary._jobs SET enqueue_sql = jsonb_strip_nulls(jsonb_build_object(
-            'INSERT', format('INSERT INTO %s SELECT %s FROM new_rows n WHERE %s', q, k_new, nonnull),
-            'UPDATE', format('INSERT INTO %s SELECT %s FROM new_rows n LEFT JOIN old_rows o ON (%s) = (%s) WHERE (%s) IS NULL OR %s',
-                             q, k_new, k_old, k_new, k_old, differs)
-                      || CASE WHEN tgt <> source THEN
-                             -- separate target table: keys that went away take their embedding along
-                             format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%s) = (%s))',
-                                    tgt_from, k_g, k_old, k_new, k_old) ELSE '' END,
-            'DELETE', CASE WHEN tgt <> source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s)', tgt_from, k_g, k_old) END,
-            -- A TRUNCATE fires the trigger of every table it empties: of one partition, only the
-            -- embeddings of rows gone go.
-            'TRUNCATE', CASE WHEN tgt <> source AND skind = 'r' THEN format('TRUNCATE %s', tgt_from)
-                             WHEN tgt <> source THEN format('DELETE FROM %s g WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
-                                                           tgt_from, src, k_src, k_g) END,
-            -- The triggers on the source's ancestors (partitioned tables above a partition,
-            -- inheritance parents), whose transition tables hold rows of other tables too: keys
-            -- of rows now in the source are queued (of the ancestor's columns only the key's are
-            -- used), and with a target table, embeddings of keys no longer in it go.
-            'INSERT via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
-                                 q, k_new, src_from, k_src, k_new, nonnull_t),
-            'UPDATE via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
-                                 q, k_new, src_from, k_src, k_new, nonnull_t)
-                          || CASE WHEN tgt <> source THEN
-                                 format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
-                                        tgt_from, k_g, k_old, src_from, k_src, k_old) ELSE '' END,
-            'DELETE via', CASE WHEN tgt <> source THEN
-                                 format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
-                                        tgt_from, k_g, k_old, src_from, k_src, k_old) END))
-         WHERE tributary._jobs.id = id;
-    END IF;
+        owner, q::regclass, '', '', '', '', '');
     SELECT * INTO jr FROM tributary._jobs x WHERE x.id = id;
+    jr := tributary._job_build(jr);
+    UPDATE tributary._jobs x SET claim_sql = jr.claim_sql, claim_keys_sql = jr.claim_keys_sql, select_sql = jr.select_sql,
+           write_sql = jr.write_sql, requeue_sql = jr.requeue_sql, enqueue_sql = jr.enqueue_sql
+     WHERE x.id = id;
     -- Read as the owner: the owner's types, casts and policies run with the owner's rights.
-    PERFORM tributary._run_as(caller, tributary._job_fill_sql(jr, source));
+    PERFORM tributary._run_as(owner, tributary._job_fill_sql(jr, source));
     IF mode = 'continuous' THEN
         -- On every table of a partitioned source's tree: a statement fires the statement-level
         -- triggers of the table it names only, and may name any partition. Partitions attached
@@ -523,7 +489,7 @@ BEGIN
         -- Ancestors that get no trigger (tributary._job_watchers): their statements go unseen.
         SELECT string_agg(x.rel::regclass::text, ', ' ORDER BY x.depth) INTO ancestors
           FROM tributary._job_ancestors(source) x
-         WHERE x.rel NOT IN (SELECT tributary._job_watchers(source, caller));
+         WHERE x.rel NOT IN (SELECT tributary._job_watchers(source, owner));
         IF ancestors IS NOT NULL THEN
             RAISE NOTICE 'continuous job % does not see writes to "%" made through %', id, src, ancestors
                 USING DETAIL = 'A statement fires the statement-level triggers of the table it names only; the job''s owner must own an ancestor, and the ancestor have the key''s columns, for the job to put triggers on it.',
@@ -543,6 +509,177 @@ BEGIN
     PERFORM tributary._wake_launcher();
     RETURN id;
 END $fn$;
+
+-- A job's statements (claim_sql ... enqueue_sql), built from the catalog as it is now: the
+-- names of the source, its target and their columns are read afresh, so a job rebuilt after
+-- ALTER TABLE ... RENAME (of the table, a column or its schema) runs under the new names. Key
+-- values travel as jsonb keyed by the queue's own column names (fixed when the job was made);
+-- the source's primary key columns and the target table's key columns are matched to them by
+-- position. Every identifier is quoted; nothing here runs a user's code.
+-- Errors: 42P01 source gone; 42P16 no primary key; 42703 a text or target column missing.
+CREATE FUNCTION tributary._job_build(j tributary._jobs) RETURNS tributary._jobs
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    whole     boolean := j.columns = '{*}';
+    src       text;
+    skind     "char";
+    src_from  text;
+    tgt       regclass := coalesce(j.target_table, j.source);
+    tgt_name  text;
+    tgt_from  text;
+    vtype     text := tributary._vector_type(j.target_type);
+    pk        text[];   -- the source's primary key columns, quoted, in key order
+    qk        text[];   -- the queue's columns, quoted (the same number, in key order)
+    tk        text[];   -- the target table's key columns, quoted
+    c         text;
+    k_src text; k_new text; k_old text; k_kk text; k_k text; k_g text; k_q text; q_cols text; t_cols text; k_u text;
+    text_expr text;
+    differs   text;
+    nonnull   text := 'true';   -- over the new rows n
+    nonnull_t text := 'true';   -- over the source rows t
+    excl      text[];
+    arr       text;
+    guard     text;
+    checked   text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname), c.relkind INTO src, skind
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = j.source;
+    IF src IS NULL THEN
+        RAISE EXCEPTION 'the source table of job % (OID %) does not exist', j.id, j.source::oid USING ERRCODE = 'undefined_table';
+    END IF;
+    src_from := CASE WHEN skind = 'r' THEN 'ONLY ' ELSE '' END || src;
+    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord) INTO pk
+      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = j.source AND i.indisprimary;
+    SELECT array_agg(quote_ident(a.attname) ORDER BY a.attnum) INTO qk
+      FROM pg_attribute a WHERE a.attrelid = j.queue AND a.attnum > 0 AND NOT a.attisdropped;
+    IF pk IS NULL OR cardinality(pk) <> cardinality(qk) THEN
+        RAISE EXCEPTION 'table % has no primary key of % column(s)', src, cardinality(qk) USING ERRCODE = 'invalid_table_definition',
+            DETAIL = format('Job %s keeps track of rows by the primary key the table had when it was made.', j.id);
+    END IF;
+    IF NOT whole THEN
+        FOREACH c IN ARRAY j.columns LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = j.source AND attname = c AND attnum > 0 AND NOT attisdropped) THEN
+                RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, src USING ERRCODE = 'undefined_column';
+            END IF;
+        END LOOP;
+    END IF;
+    tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
+    IF tgt_name IS NULL THEN
+        RAISE EXCEPTION 'the target table of job % (OID %) does not exist', j.id, tgt::oid USING ERRCODE = 'undefined_table';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tgt AND attname = j.target AND attnum > 0 AND NOT attisdropped) THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', j.target, tgt_name USING ERRCODE = 'undefined_column';
+    END IF;
+    tgt_from := CASE WHEN (SELECT relkind FROM pg_class WHERE oid = tgt) = 'r' THEN 'ONLY ' ELSE '' END || tgt_name;
+    IF tgt = j.source THEN
+        tk := pk;
+    ELSE
+        -- The target table's primary key, by position; else columns named as the source's key.
+        SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord) INTO tk
+          FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+         WHERE i.indrelid = tgt AND i.indisprimary;
+        IF tk IS NULL OR cardinality(tk) <> cardinality(pk) THEN
+            tk := pk;
+        END IF;
+    END IF;
+
+    -- Key expressions: t = source row, k/kk = key from a jsonb (queue columns), q = queue row,
+    -- n/o = new/old rows (source columns), g = target row, u = a written row (queue columns).
+    k_src := (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p);
+    k_new := (SELECT string_agg('n.' || p, ', ') FROM unnest(pk) p);
+    k_old := (SELECT string_agg('o.' || p, ', ') FROM unnest(pk) p);
+    k_k   := (SELECT string_agg('k.' || p, ', ') FROM unnest(qk) p);
+    k_kk  := (SELECT string_agg('kk.' || p, ', ') FROM unnest(qk) p);
+    k_q   := (SELECT string_agg('q.' || p, ', ') FROM unnest(qk) p);
+    k_u   := (SELECT string_agg('u.' || p, ', ') FROM unnest(qk) p);
+    k_g   := (SELECT string_agg('g.' || p, ', ') FROM unnest(tk) p);
+    q_cols := array_to_string(qk, ', ');
+    t_cols := array_to_string(tk, ', ');
+
+    IF whole THEN
+        text_expr := 'row_to_json(t.*)::text';   -- t.*: never a column named t
+        -- Columns whose change does not change the row's text: the target and other embeddings.
+        SELECT array_agg(a.attname::text) INTO excl FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+         WHERE a.attrelid = j.source AND a.attnum > 0 AND NOT a.attisdropped
+           AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = j.source AND a.attname = j.target));
+        excl := coalesce(excl, '{}') || coalesce((SELECT array_agg(x) FROM jsonb_array_elements_text(j.row_options->'exclude') x), '{}');
+        differs := format('(to_jsonb(o.*) - %L::text[]) IS DISTINCT FROM (to_jsonb(n.*) - %L::text[])', excl, excl);
+        guard := format('(to_jsonb(t.*) - %L::text[])::text', excl);
+    ELSE
+        arr := (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x);
+        text_expr := format('CASE WHEN num_nonnulls(%s) > 0 THEN concat_ws(E''\n'', %s) END', arr, arr);
+        -- As text: every type has one, not every type has "=".
+        differs := format('ROW(%s) IS DISTINCT FROM ROW(%s)',
+            (SELECT string_agg('o.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x),
+            (SELECT string_agg('n.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x));
+        nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(j.columns) x));
+        nonnull_t := format('num_nonnulls(%s) > 0', arr);
+        guard := text_expr;
+    END IF;
+    checked := CASE WHEN j.mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
+
+    j.claim_sql := format('WITH c AS (DELETE FROM %s AS q USING (SELECT ctid AS tid FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) AS s '
+               'WHERE q.ctid = s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, q_cols);
+    j.claim_keys_sql := format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
+               'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, k_q, k_kk);
+    j.select_sql := format('SELECT to_jsonb(k.*)::text, %s, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
+               'FOR KEY SHARE OF t', text_expr, guard, src_from, j.queue, k_src, k_k);
+    j.write_sql := CASE WHEN tgt = j.source THEN
+            format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
+                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s) AND %s',
+                   src_from, j.target, vtype, j.queue, k_src, k_kk, checked)
+        ELSE
+            format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
+                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk '
+                   'WHERE EXISTS (SELECT 1 FROM %s AS t WHERE (%s) = (%s) AND %s)), '
+                   'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
+                   'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
+                   'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
+                   vtype, j.queue, src_from, k_src, k_kk, checked, tgt_from, k_g, k_u,
+                   tgt_name, t_cols, j.target, k_u, t_cols, j.target, j.target)
+        END;
+    j.requeue_sql := format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '
+               'ON CONFLICT DO NOTHING', j.queue, j.queue);
+
+    IF j.mode = 'continuous' THEN
+        -- Run by tributary._job_trigger as the owner over the transition tables new_rows and
+        -- old_rows of the statement that fired it (the source's columns).
+        j.enqueue_sql := jsonb_strip_nulls(jsonb_build_object(
+            'INSERT', format('INSERT INTO %s SELECT %s FROM new_rows n WHERE %s', j.queue, k_new, nonnull),
+            'UPDATE', format('INSERT INTO %s SELECT %s FROM new_rows n LEFT JOIN old_rows o ON (%s) = (%s) WHERE (%s) IS NULL OR %s',
+                             j.queue, k_new, k_old, k_new, k_old, differs)
+                      || CASE WHEN tgt <> j.source THEN
+                             -- separate target table: keys that went away take their embedding along
+                             format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%s) = (%s))',
+                                    tgt_from, k_g, k_old, k_new, k_old) ELSE '' END,
+            'DELETE', CASE WHEN tgt <> j.source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s)', tgt_from, k_g, k_old) END,
+            -- A TRUNCATE fires the trigger of every table it empties: of one partition, only the
+            -- embeddings of rows gone go.
+            'TRUNCATE', CASE WHEN tgt <> j.source AND skind = 'r' THEN format('TRUNCATE %s', tgt_from)
+                             WHEN tgt <> j.source THEN format('DELETE FROM %s g WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                                           tgt_from, src, k_src, k_g) END,
+            -- The triggers on the source's ancestors (partitioned tables above a partition,
+            -- inheritance parents), whose transition tables hold rows of other tables too: keys
+            -- of rows now in the source are queued (of the ancestor's columns only the key's are
+            -- used), and with a target table, embeddings of keys no longer in it go.
+            'INSERT via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+                                 j.queue, k_new, src_from, k_src, k_new, nonnull_t),
+            'UPDATE via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+                                 j.queue, k_new, src_from, k_src, k_new, nonnull_t)
+                          || CASE WHEN tgt <> j.source THEN
+                                 format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                        tgt_from, k_g, k_old, src_from, k_src, k_old) ELSE '' END,
+            'DELETE via', CASE WHEN tgt <> j.source THEN
+                                 format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                        tgt_from, k_g, k_old, src_from, k_src, k_old) END));
+    ELSE
+        j.enqueue_sql := NULL;
+    END IF;
+    RETURN j;
+END $$;
 
 -- The tables a continuous job's triggers belong on: the source, and for a partitioned source
 -- every partitioned table and partition of its tree, at any depth (foreign-table partitions
@@ -590,6 +727,15 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
                           FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) x, unnest(ARRAY['', 'via_']) v)
 $$;
 
+-- The primary key columns of `rel`, quoted, in key order (NULL: no primary key).
+CREATE FUNCTION tributary._key_columns(rel regclass) RETURNS text[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord)
+      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = rel AND i.indisprimary
+$$;
+
 -- The statement that queues the rows of `rel` still to embed (rows whose target is NULL, or
 -- missing from the target table, and that have some text): `rel` is the job's source (the whole
 -- tree of a partitioned one; an ordinary table's own rows only) or a table of its tree. Run as
@@ -597,22 +743,23 @@ $$;
 CREATE FUNCTION tributary._job_fill_sql(j tributary._jobs, rel regclass) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    pk       text[];
+    pk       text[] := tributary._key_columns(j.source);
+    tk       text[];
     tgt_from text;
     filter   text;
     nonnull  text := 'true';
 BEGIN
-    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord) INTO pk
-      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-     WHERE i.indrelid = j.source AND i.indisprimary;
     IF j.target_table IS NULL THEN
         filter := format('t.%I IS NULL', j.target);
     ELSE
         tgt_from := (SELECT CASE WHEN c.relkind = 'r' THEN 'ONLY ' ELSE '' END || format('%I.%I', n.nspname, c.relname)
                        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = j.target_table);
+        tk := tributary._key_columns(j.target_table);
+        IF tk IS NULL OR cardinality(tk) <> cardinality(pk) THEN
+            tk := pk;
+        END IF;
         filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) = (%s))', tgt_from,
-                         (SELECT string_agg('g.' || p, ', ') FROM unnest(pk) p), (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p));
+                         (SELECT string_agg('g.' || p, ', ') FROM unnest(tk) p), (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p));
     END IF;
     IF j.columns <> '{*}' THEN
         nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x));
@@ -630,16 +777,17 @@ END $$;
 CREATE FUNCTION tributary._job_sync_tables(j tributary._jobs, fill boolean) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    r   record;
-    rel regclass;
+    r     record;
+    rel   regclass;
+    owner oid := tributary._job_owner(j);
 BEGIN
     FOR r IN SELECT x.rel, x.tgname FROM tributary._job_triggers(j.id) x
-              WHERE (CASE WHEN x.tgname LIKE '%\_via\_%' THEN x.rel NOT IN (SELECT tributary._job_watchers(j.source, j.owner))
+              WHERE (CASE WHEN x.tgname LIKE '%\_via\_%' THEN x.rel NOT IN (SELECT tributary._job_watchers(j.source, owner))
                           ELSE x.rel NOT IN (SELECT tributary._job_tables(j.source)) END) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
     END LOOP;
     -- The source's ancestors: statements naming them.
-    FOR rel IN SELECT x FROM tributary._job_watchers(j.source, j.owner) x
+    FOR rel IN SELECT x FROM tributary._job_watchers(j.source, owner) x
                 WHERE NOT EXISTS (SELECT 1 FROM tributary._job_triggers(j.id) t WHERE t.rel = x AND t.tgname = ('tributary_job_' || j.id || '_via_insert')::name)
                 ORDER BY x::oid LOOP
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tributary._job_trigger(%s, ''via'')',
@@ -666,68 +814,184 @@ BEGIN
         END IF;
         IF fill AND (SELECT relkind FROM pg_class WHERE oid = rel) = 'r' THEN
             BEGIN
-                PERFORM tributary._run_as(j.owner, tributary._job_fill_sql(j, rel));
+                PERFORM tributary._run_as(owner, tributary._job_fill_sql(j, rel));
             EXCEPTION WHEN insufficient_privilege THEN
                 -- A partition of another role's, attached by a superuser: its later writes are
                 -- queued, the rows already there are not; the DDL goes on.
                 RAISE WARNING 'continuous job % did not queue the rows of %: %', j.id, rel, SQLERRM
                     USING ERRCODE = 'insufficient_privilege',
-                          HINT = format('Grant %s SELECT on %s and make a once job on it for the rows already there.', j.owner, rel);
+                          HINT = format('Grant %s SELECT on %s and make a once job on it for the rows already there.', owner::regrole, rel);
             END;
         END IF;
     END LOOP;
 END $$;
 
--- The event trigger tributary_job_partitions (ddl_command_end of CREATE TABLE and ALTER TABLE):
--- a continuous job on a partitioned table whose tree gained a partition (CREATE TABLE ...
--- PARTITION OF, ATTACH PARTITION, at any depth) puts its triggers on it and queues its rows; one
--- whose tree lost one (DETACH PARTITION) takes its triggers off. SECURITY DEFINER: it runs as the
--- extension's owner whoever runs the DDL, and only tributary._job_sync_tables, which runs no code
--- of a user's except as the job's owner (tributary._run_as).
-CREATE FUNCTION tributary._job_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    rels oid[];
-    j    tributary._jobs;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM tributary._jobs WHERE mode = 'continuous' AND state <> 'cancelled') THEN
-        RETURN;
-    END IF;
-    SELECT array_agg(DISTINCT d.objid) INTO rels FROM pg_event_trigger_ddl_commands() d
-     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0;
-    IF rels IS NULL THEN
-        RETURN;
-    END IF;
-    -- Jobs whose source is the table the command named, one of its partition ancestors (the
-    -- tree gained or lost a table) or descendants (the source got or lost an ancestor), or that
-    -- have triggers on it.
-    FOR j IN SELECT * FROM tributary._jobs x
-              WHERE x.mode = 'continuous' AND x.state <> 'cancelled'
-                AND (x.source = ANY (rels)
-                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_ancestors(r.oid) a)
-                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_tree(r.oid) a)
-                     OR EXISTS (SELECT 1 FROM tributary._job_triggers(x.id) t WHERE t.rel = ANY (rels)))
-                -- Only a job whose source has its trigger: while pg_restore rebuilds a database,
-                -- its ALTER TABLEs (constraints) come after the jobs' rows and before their
-                -- triggers, which the dump creates itself.
-                AND EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = x.source
-                               AND g.tgname = ('tributary_job_' || x.id || '_insert')::name)
-              ORDER BY x.id LOOP
-        PERFORM tributary._job_sync_tables(j, true);
-    END LOOP;
-END $$;
-CREATE EVENT TRIGGER tributary_job_partitions ON ddl_command_end
-    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE') EXECUTE FUNCTION tributary._job_ddl();
+-- `names` (columns a job names in `rel`) as they are after a DDL command: a name `rel` no longer
+-- has becomes the one column the command renamed (`renamed`: new names) that `rel` has and
+-- the job does not name yet, when exactly one name went and one such column came; otherwise
+-- (a dropped column) NULL. ALTER TABLE ... RENAME COLUMN renames one column per command.
+CREATE FUNCTION tributary._follow_names(rel regclass, names text[], renamed text[]) RETURNS text[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH have AS (SELECT a.attname::text AS n FROM pg_attribute a WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped),
+    missing AS (SELECT x FROM unnest(names) x WHERE x NOT IN (SELECT n FROM have)),
+    came AS (SELECT DISTINCT r FROM unnest(renamed) r WHERE r IN (SELECT n FROM have) AND r <> ALL (names))
+    SELECT array_agg(CASE WHEN x IN (SELECT n FROM have) THEN x
+                          WHEN (SELECT count(*) FROM missing) = 1 AND (SELECT count(*) FROM came) = 1 THEN (SELECT r FROM came)
+                     END ORDER BY o)
+      FROM unnest(names) WITH ORDINALITY AS u(x, o)
+$$;
 
--- Drops what a job added to the database: its triggers (on every table of a partitioned
--- source's tree, and on partitions detached since) and queue.
-CREATE FUNCTION tributary._job_cleanup(j tributary._jobs) RETURNS void
+-- Takes a job's triggers off every table (its queue stays).
+CREATE FUNCTION tributary._job_drop_triggers(j tributary._jobs) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE r record;
 BEGIN
     FOR r IN SELECT * FROM tributary._job_triggers(j.id) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.rel);
     END LOOP;
+END $$;
+
+-- The event trigger tributary_job_partitions (ddl_command_end of CREATE TABLE, ALTER TABLE and
+-- ALTER SCHEMA): keeps every job whose source or target the command changed in step with it,
+-- so that a DBA's routine change never stops the table's writers.
+-- - RENAME of the table, a column or the schema: the job follows (its names are updated and its
+--   statements rebuilt from the catalog, tributary._job_build).
+-- - DROP COLUMN of a column the job embeds or writes: the job cannot go on; its triggers are
+--   taken off (writers go on), it is paused, and last_error says why (tributary.jobs). A
+--   dropped excluded column is just no longer excluded.
+-- - OWNER TO: the job acts as the new owner (tributary._job_sync_owner).
+-- - A continuous job on a partitioned table whose tree gained a partition (CREATE TABLE ...
+--   PARTITION OF, ATTACH PARTITION, at any depth) puts its triggers on it and queues its rows;
+--   one whose tree lost one (DETACH PARTITION) takes its triggers off.
+-- SECURITY DEFINER: it runs as the extension's owner whoever runs the DDL, and runs no code of a
+-- user's except as the table's owner (tributary._run_as).
+CREATE FUNCTION tributary._job_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    rels    oid[];
+    nsps    oid[];
+    renamed text[];
+    j       tributary._jobs;
+    nj      tributary._jobs;
+    cols    text[];
+    excl    text[];
+    names   text[];
+    after   text[];
+    n_cols  integer;
+    tgt_in  boolean;
+    gone    text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tributary._jobs WHERE state <> 'cancelled') THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(DISTINCT d.objid) FILTER (WHERE d.classid = 'pg_class'::regclass),
+           array_agg(DISTINCT d.objid) FILTER (WHERE d.classid = 'pg_namespace'::regclass),
+           array_agg(DISTINCT a.attname::text) FILTER (WHERE a.attname IS NOT NULL)
+      INTO rels, nsps, renamed
+      FROM pg_event_trigger_ddl_commands() d
+      LEFT JOIN pg_attribute a ON d.classid = 'pg_class'::regclass AND d.objsubid > 0
+                              AND a.attrelid = d.objid AND a.attnum = d.objsubid AND NOT a.attisdropped;
+    IF rels IS NULL AND nsps IS NULL THEN
+        RETURN;
+    END IF;
+    -- Jobs whose source or target table is the table the command named, or in the schema it
+    -- renamed; whose source is one of its partition ancestors (the tree gained or lost a table)
+    -- or descendants (the source got or lost an ancestor, or a column renamed from above); or
+    -- that have triggers on it.
+    FOR j IN SELECT * FROM tributary._jobs x
+              WHERE x.state <> 'cancelled'
+                AND (x.source = ANY (rels) OR x.target_table = ANY (rels)
+                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_ancestors(r.oid) a)
+                     OR x.source IN (SELECT a.relid FROM unnest(rels) r(oid) CROSS JOIN LATERAL pg_partition_tree(r.oid) a)
+                     OR EXISTS (SELECT 1 FROM tributary._job_triggers(x.id) t WHERE t.rel = ANY (rels))
+                     OR EXISTS (SELECT 1 FROM pg_class c WHERE c.oid IN (x.source, x.target_table) AND c.relnamespace = ANY (nsps))
+                     OR x.chunk_source = ANY (rels)
+                     OR (SELECT c.relnamespace FROM pg_class c WHERE c.oid = x.chunk_source) = ANY (nsps))
+              ORDER BY x.id LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = j.source) THEN
+            CONTINUE;
+        END IF;
+        -- A chunk job's trigger function follows its source (names, owner).
+        IF j.chunk_source IS NOT NULL THEN
+            PERFORM tributary._chunk_sync(j);
+        END IF;
+        -- Columns renamed or dropped: the names the job uses in its source (text columns,
+        -- excluded columns, the target when it is the source's) and in its target table.
+        cols := CASE WHEN j.columns = '{*}' THEN '{}' ELSE j.columns END;
+        excl := coalesce((SELECT array_agg(x) FROM jsonb_array_elements_text(j.row_options->'exclude') x), '{}');
+        tgt_in := j.target_table IS NULL;
+        n_cols := cardinality(cols);
+        names := cols || excl || CASE WHEN tgt_in THEN ARRAY[j.target::text] ELSE '{}' END;
+        after := tributary._follow_names(j.source, names, coalesce(renamed, '{}'));
+        IF after IS DISTINCT FROM names OR (NOT tgt_in AND NOT EXISTS (
+               SELECT 1 FROM pg_attribute WHERE attrelid = j.target_table AND attname = j.target AND NOT attisdropped)) THEN
+            gone := NULL;
+            FOR i IN 1 .. n_cols LOOP
+                IF after[i] IS NULL THEN gone := format('column "%s" of table %s', cols[i], j.source); END IF;
+            END LOOP;
+            IF tgt_in THEN
+                IF after[cardinality(after)] IS NULL THEN gone := format('target column "%s" of table %s', j.target, j.source); END IF;
+                j.target := coalesce(after[cardinality(after)], j.target);
+            ELSIF EXISTS (SELECT 1 FROM pg_class WHERE oid = j.target_table) THEN
+                j.target := coalesce((tributary._follow_names(j.target_table, ARRAY[j.target::text], coalesce(renamed, '{}')))[1], j.target);
+                IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = j.target_table AND attname = j.target AND NOT attisdropped) THEN
+                    gone := format('target column "%s" of table %s', j.target, j.target_table);
+                END IF;
+            END IF;
+            IF gone IS NOT NULL THEN
+                -- The writers go on; the job says why it stopped.
+                PERFORM tributary._job_drop_triggers(j);
+                UPDATE tributary._jobs SET state = CASE WHEN state = 'done' THEN state ELSE 'paused' END,
+                       last_error = format('%s was dropped: the job cannot go on (its triggers were taken off); drop it and create a new one', gone),
+                       last_error_at = now()
+                 WHERE id = j.id;
+                RAISE WARNING 'tributary job % stopped: % was dropped', j.id, gone
+                    USING HINT = 'Drop the job with tributary_job_drop() and create a new one on the columns the table has now.';
+                CONTINUE;
+            END IF;
+            IF n_cols > 0 THEN
+                j.columns := after[1:n_cols];
+            END IF;
+            IF j.row_options ? 'exclude' THEN
+                j.row_options := jsonb_set(j.row_options, '{exclude}',
+                    coalesce((SELECT jsonb_agg(x) FROM unnest(after[n_cols + 1:n_cols + cardinality(excl)]) x WHERE x IS NOT NULL), '[]'));
+            END IF;
+            UPDATE tributary._jobs SET columns = j.columns, target = j.target, row_options = j.row_options WHERE id = j.id;
+        END IF;
+        -- The statements, under the names the tables have now. A table that cannot be built for
+        -- (no primary key: while pg_restore adds constraints after the jobs' rows) keeps the
+        -- statements it has.
+        BEGIN
+            nj := tributary._job_build(j);
+        EXCEPTION WHEN OTHERS THEN
+            nj := NULL;
+        END;
+        IF nj.id IS NOT NULL AND (nj.claim_sql, nj.claim_keys_sql, nj.select_sql, nj.write_sql, nj.requeue_sql, nj.enqueue_sql)
+                IS DISTINCT FROM (j.claim_sql, j.claim_keys_sql, j.select_sql, j.write_sql, j.requeue_sql, j.enqueue_sql) THEN
+            UPDATE tributary._jobs SET claim_sql = nj.claim_sql, claim_keys_sql = nj.claim_keys_sql, select_sql = nj.select_sql,
+                   write_sql = nj.write_sql, requeue_sql = nj.requeue_sql, enqueue_sql = nj.enqueue_sql
+             WHERE id = j.id;
+        END IF;
+        PERFORM tributary._job_sync_owner(j.id);
+        -- Only a continuous job whose source has its trigger: while pg_restore rebuilds a
+        -- database, its ALTER TABLEs (constraints) come after the jobs' rows and before their
+        -- triggers, which the dump creates itself; a job stopped by a dropped column has none.
+        IF j.mode = 'continuous' AND EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = j.source
+                                               AND g.tgname = ('tributary_job_' || j.id || '_insert')::name) THEN
+            SELECT * INTO j FROM tributary._jobs WHERE id = j.id;
+            PERFORM tributary._job_sync_tables(j, true);
+        END IF;
+    END LOOP;
+END $$;
+CREATE EVENT TRIGGER tributary_job_partitions ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA') EXECUTE FUNCTION tributary._job_ddl();
+
+-- Drops what a job added to the database: its triggers (on every table of a partitioned
+-- source's tree, and on partitions detached since) and queue.
+CREATE FUNCTION tributary._job_cleanup(j tributary._jobs) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM tributary._job_drop_triggers(j);
     EXECUTE format('DROP TABLE IF EXISTS tributary.%I', '_queue_' || j.id);
 END $$;
 
@@ -744,18 +1008,40 @@ END $$;
 
 CREATE FUNCTION tributary._job_resume(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint);
+DECLARE
+    j     tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint);
+    owner oid;
+    msg   text;
+    code  text;
 BEGIN
     IF j.state = 'cancelled' THEN
         RAISE EXCEPTION 'job % is cancelled', j.id USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'A cancelled job has dropped its queue; create a new job.';
     END IF;
+    -- The statements, rebuilt from the tables as they are now: a job stopped by a dropped
+    -- column cannot resume (42703).
+    BEGIN
+        j := tributary._job_build(j);
+    EXCEPTION WHEN undefined_column OR undefined_table OR invalid_table_definition THEN
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
+        RAISE EXCEPTION 'job % cannot resume: %', j.id, msg USING ERRCODE = code,
+            HINT = 'Drop the job with tributary_job_drop() and create a new one on the table as it is now.';
+    END;
+    UPDATE tributary._jobs x SET claim_sql = j.claim_sql, claim_keys_sql = j.claim_keys_sql, select_sql = j.select_sql,
+           write_sql = j.write_sql, requeue_sql = j.requeue_sql, enqueue_sql = j.enqueue_sql
+     WHERE x.id = j.id;
+    owner := tributary._job_sync_owner(j.id);
     -- Failed rows get a new chance now, whatever their attempts. Their keys become the owner's
     -- types again as the owner (domain checks are the owner's code).
-    PERFORM tributary._run_as(j.owner, j.requeue_sql,
+    PERFORM tributary._run_as(owner, j.requeue_sql,
         (SELECT coalesce(jsonb_agg(key), '[]') FROM tributary._job_errors WHERE job_id = j.id AND status <> 'queued'));
     UPDATE tributary._job_errors SET status = 'queued', next_attempt_at = NULL WHERE job_id = j.id AND status <> 'queued';
     UPDATE tributary._jobs SET state = 'pending', finished_at = NULL WHERE id = j.id;
+    -- A continuous job whose triggers were taken off gets them back, and the rows written
+    -- meanwhile are queued (as the owner).
+    IF j.mode = 'continuous' THEN
+        PERFORM tributary._job_sync_tables(j, true);
+    END IF;
     PERFORM tributary._wake_launcher();
     RETURN j.id;
 END $$;
@@ -841,7 +1127,7 @@ BEGIN
     SELECT jsonb_agg(key) INTO keys FROM d;
     IF keys IS NOT NULL THEN
         -- As the owner: the keys become the owner's types (domain checks are the owner's code).
-        PERFORM tributary._run_as(j.owner, j.requeue_sql, keys) FROM tributary._jobs j WHERE j.id = job;
+        PERFORM tributary._run_as(tributary._job_sync_owner(job), j.requeue_sql, keys) FROM tributary._jobs j WHERE j.id = job;
     END IF;
 END $$;
 
@@ -862,4 +1148,6 @@ END $$;
 
 REVOKE ALL ON FUNCTION tributary._requeue_due(bigint), tributary._finish_if_done(bigint),
     tributary._job_cleanup(tributary._jobs), tributary._job_sync_tables(tributary._jobs, boolean),
-    tributary._job_fill_sql(tributary._jobs, regclass), tributary._job_ddl() FROM PUBLIC;
+    tributary._job_fill_sql(tributary._jobs, regclass), tributary._job_ddl(),
+    tributary._job_sync_owner(bigint), tributary._job_drop_triggers(tributary._jobs),
+    tributary._job_build(tributary._jobs) FROM PUBLIC;

@@ -18,7 +18,7 @@ use crate::pg::vector::VectorType;
 use crate::pg::xact::{describe, error_parts, in_transaction, is_transient, log_error, sqlstate};
 use crate::service::vectors::RowsToVectors;
 use crate::worker::catalog::Job;
-use crate::worker::runner::{exit_if_postmaster_died, report_activity};
+use crate::worker::process::{exit_if_postmaster_died, report_activity};
 
 /// What a worker does after running a job.
 pub(super) enum After {
@@ -292,6 +292,7 @@ fn is_job_error(code: PgSqlErrorCode) -> bool {
 }
 
 /// Job-level failure: the job is marked failed with the error; its queue stays for a resume.
+/// Not when the job's statements changed since the worker loaded them (see below).
 fn fail_job(job: &Job, e: &CaughtError) {
     log_error(
         &format!("tributary job {} ({}) failed", job.id, job.name),
@@ -299,10 +300,20 @@ fn fail_job(job: &Job, e: &CaughtError) {
     );
     let text = describe(e);
     let recorded = in_transaction(|| {
+        // Only if the job's statements are those the worker ran: DDL that renamed what they name
+        // (tributary._job_ddl rebuilt them) fails the batch once; the worker plans again and
+        // runs the new ones.
         Spi::run_with_args(
             "UPDATE tributary._jobs SET state = 'failed', last_error = $2, last_error_at = now() \
-              WHERE id = $1 AND state IN ('pending', 'running')",
-            &[job.id.into(), text.as_str().into()],
+              WHERE id = $1 AND state IN ('pending', 'running') \
+                AND claim_sql = $3 AND select_sql = $4 AND write_sql = $5",
+            &[
+                job.id.into(),
+                text.as_str().into(),
+                job.claim_sql.as_str().into(),
+                job.select_sql.as_str().into(),
+                job.write_sql.as_str().into(),
+            ],
         )
         .map_err(spi_error)
         .or_raise();

@@ -11,24 +11,29 @@ use pgrx::PgSqlErrorCode;
 use crate::pg::error::{raise, spi_error, OrRaise, TributaryError};
 use crate::pg::roles::{as_role, as_user, extension_owner};
 
-/// `tributary._job_call(op, args)`: runs `tributary._job_<op>(caller, args)` as the extension's
-/// owner, `caller` being `GetUserId()`.
+/// `tributary._job_call(op, args)`: runs the job function of `op` (`tributary._job_<op>`,
+/// `_chunk_job_create`, `_chunk_job_drop`, `_forget_column`) with `(caller, args)` as the
+/// extension's owner, `caller` being `GetUserId()`.
 ///
 /// Errors: 22023 unknown op; 42501 inside a security-restricted operation; the job function's.
 pub(super) fn job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
-    let func = match op {
-        "create" => "_job_create",
-        "pause" => "_job_pause",
-        "resume" => "_job_resume",
-        "cancel" => "_job_cancel",
-        "drop" => "_job_drop",
+    // (the function it runs as the extension's owner, the public function it serves)
+    let (func, public) = match op {
+        "create" => ("_job_create", "tributary_job_create()"),
+        "pause" => ("_job_pause", "tributary_job_pause()"),
+        "resume" => ("_job_resume", "tributary_job_resume()"),
+        "cancel" => ("_job_cancel", "tributary_job_cancel()"),
+        "drop" => ("_job_drop", "tributary_job_drop()"),
+        "chunk_create" => ("_chunk_job_create", "tributary_chunk_job_create()"),
+        "chunk_drop" => ("_chunk_job_drop", "tributary_chunk_job_drop()"),
+        "forget_column" => ("_forget_column", "tributary_forget_column()"),
         _ => raise(TributaryError::InvalidArgument {
             message: format!("unknown job operation \"{op}\""),
             hint: Some("Call tributary_job_create, _pause, _resume, _cancel or _drop.".into()),
         }),
     };
     // Every operation writes: 25006 in a read-only transaction (a hot standby's), by name.
-    let what = std::ffi::CString::new(format!("tributary_job_{op}()")).unwrap_or_default();
+    let what = std::ffi::CString::new(public).unwrap_or_default();
     crate::pg::spi::require_writable(&what);
     // SAFETY: plain reads of the session's user state.
     let caller = unsafe {
@@ -65,6 +70,19 @@ pub(super) fn run_as(role: pg_sys::Oid, sql: &str, arg: Option<pgrx::JsonB>) {
     });
 }
 
+/// Whether `tributary._job_sync_owner(bigint)` exists in this database (the extension's SQL is
+/// 0.5.0 or later): a library newer than a database's extension serves it until `ALTER
+/// EXTENSION tributary UPDATE`.
+pub(super) fn job_sync_owner_exists() -> bool {
+    crate::pg::spi::select_one::<bool>(
+        "SELECT pg_catalog.to_regprocedure('tributary._job_sync_owner(bigint)') IS NOT NULL",
+        &[],
+    )
+    .map_err(spi_error)
+    .or_raise()
+    .unwrap_or(false)
+}
+
 pgrx::extension_sql!(
     r#"
 -- The statement-level trigger of continuous jobs (src/worker/jobs_sql.rs, tributary_job_trigger).
@@ -86,9 +104,11 @@ pub extern "C" fn pg_finfo_tributary_job_trigger() -> &'static pg_sys::Pg_finfo_
 /// partitioned source's tree: a statement fires the triggers of the table it names only; with
 /// `'via'`, on an ancestor of the source, whose statements use the job's `"<op> via"`
 /// statements; see `tributary._job_sync_tables` in sql/jobs.sql). Reads the job's statement for the
-/// event (`tributary._jobs.enqueue_sql`) as the extension's owner and runs it as the job's owner
-/// ([`as_user`](crate::pg::roles::as_user)) over the transition tables `new_rows`/`old_rows`: whoever writes the source
-/// needs no right on the queue, and the owner's types and casts run with the owner's rights only.
+/// event (`tributary._jobs.enqueue_sql`) as the extension's owner and runs it as the source
+/// table's owner, read from the table now (`tributary._job_sync_owner`, which hands the queue to a
+/// new owner first), through [`as_user`](crate::pg::roles::as_user), over the transition tables
+/// `new_rows`/`old_rows`: whoever writes the source needs no right on the queue, and the owner's
+/// types and casts run with the owner's rights only, whoever made the job.
 /// A job that is gone or cancelled does nothing.
 ///
 /// Errors: 39P01 when not called as a trigger or without the job id argument.
@@ -141,10 +161,20 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
         (_, false) => "TRUNCATE",
         (_, true) => "TRUNCATE via",
     };
+    // The table's owner, read from the table (tributary._job_sync_owner, 0.5.0: it also hands
+    // the queue to a new owner after ALTER TABLE ... OWNER TO or REASSIGN OWNED); before the
+    // extension is updated to 0.5.0, the owner recorded in the job.
+    let owner_sql = if job_sync_owner_exists() {
+        "tributary._job_sync_owner(id)"
+    } else {
+        "owner::oid"
+    };
     let found = as_role(extension_owner(), || {
-        Spi::connect(|c| {
-            let mut rows = c.select(
-                "SELECT owner::oid, enqueue_sql ->> $2 FROM tributary._jobs WHERE id = $1 AND state <> 'cancelled'",
+        Spi::connect_mut(|c| {
+            let mut rows = c.update(
+                &format!(
+                    "SELECT {owner_sql}, enqueue_sql ->> $2 FROM tributary._jobs WHERE id = $1 AND state <> 'cancelled'"
+                ),
                 None,
                 &[job.into(), op.into()],
             )?;

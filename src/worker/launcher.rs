@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 
 use crate::pg::gucs;
 use crate::worker::registry::{self, Shortage, Want};
-use crate::worker::runner::{
+use crate::worker::process::{
     attach_signal_handlers, exit_if_postmaster_died, pqsignal, reload_config_if_asked, wait,
 };
 

@@ -34,7 +34,9 @@
 //!
 //! - `registry`: the shared memory (databases asking for workers, running workers' slots).
 //! - `launcher`: the launcher's main loop, the list of databases, starting workers.
-//! - `runner`: a worker's main loop (signals, slot, plan / run / wait).
+//! - `process`: what every worker does as a process (signals, latch waits, reloads, the
+//!   postmaster's death, `pg_stat_activity`).
+//! - `runner`: a worker's main loop (slot, plan / run / wait).
 //! - `catalog`: the job catalog as a worker reads it (`tributary._jobs`): planning, loading a job.
 //! - `batch`: running a job's batches, bisecting failures, recording failed rows and jobs.
 //! - `jobs_sql`: what runs in users' sessions: the bodies of `tributary._job_call` and
@@ -54,6 +56,7 @@ mod batch;
 mod catalog;
 mod jobs_sql;
 mod launcher;
+mod process;
 mod registry;
 mod runner;
 
