@@ -1,0 +1,132 @@
+//! What a session is asked for ([`EmbedderConfig`], [`ProviderChoice`]) and what it reports
+//! about itself ([`Provider`], [`Stats`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::interface::Pooling;
+
+/// Which execution provider to ask for (`tributary.execution_provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderChoice {
+    /// CUDA when it loads, else CPU; the reason for falling back is kept in [`Embedder::provider_note`].
+    Auto,
+    Cpu,
+    Cuda,
+    /// TensorRT, with CUDA for the nodes TensorRT does not take.
+    TensorRt,
+}
+
+/// The execution provider a session actually runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Cpu,
+    Cuda,
+    TensorRt,
+}
+
+impl Provider {
+    /// `cpu`, `cuda` or `tensorrt`, as in `tributary.execution_provider`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda => "cuda",
+            Provider::TensorRt => "tensorrt",
+        }
+    }
+
+    pub fn is_gpu(self) -> bool {
+        self != Provider::Cpu
+    }
+}
+
+/// What a session needs: files, shapes, provider and threads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EmbedderConfig {
+    pub model_file: PathBuf,
+    pub tokenizer_file: PathBuf,
+    /// Truncation length in tokens.
+    pub max_length: usize,
+    /// Embedding dimension the model must produce.
+    pub dimension: usize,
+    pub provider: ProviderChoice,
+    /// ORT intra-op threads; 0 lets ORT use one per physical core.
+    pub intra_op_threads: usize,
+    pub gpu_device: i32,
+    /// The graph to load instead of `model_file` when the session runs on a GPU (the model's
+    /// fp16 graph); `None` loads `model_file` everywhere.
+    pub gpu_model_file: Option<PathBuf>,
+    /// CUDA memory arena limit in MiB (CUDA provider option `gpu_mem_limit`); 0 = no limit.
+    pub gpu_memory_limit_mb: usize,
+    /// Where TensorRT keeps its engine and timing caches.
+    pub tensorrt_cache_dir: Option<PathBuf>,
+    /// Run through an IoBinding with reused host buffers (falls back to plain runs if binding fails).
+    pub io_binding: bool,
+    /// `None`: the graph pools (tributary's exports, `[batch, dim]` output). `Some`: the graph
+    /// returns token embeddings (a standard export) and they are pooled here.
+    pub pooling: Option<Pooling>,
+    /// L2-normalise after pooling here (sentence-transformers' `Normalize` module).
+    pub normalize: bool,
+    /// Where prepared CPU graphs are kept ([`crate::prepared`]): a CPU session loads the model's
+    /// prepared graph from there (preparing it first if this machine has none), so its weights
+    /// are mapped from one file shared by every process. `None` loads `model_file` as it is,
+    /// with its weights copied into this process.
+    pub prepared_cache: Option<PathBuf>,
+    /// Give the CPU arena's memory back after the last ONNX Runtime run of each call (run option
+    /// `memory.enable_memory_arena_shrinkage`), so that one large call does not leave the process
+    /// holding its peak for good.
+    pub shrink_arena: bool,
+    /// Let ONNX Runtime's intra-op threads spin while waiting for work (its default). Spinning
+    /// threads of one process take the cores from the others: with 4 backends busy on 2 vCPUs,
+    /// turning it off gave 1.65x the rows/s (BENCHMARKS.md, "Many backends").
+    pub intra_op_spinning: bool,
+}
+
+impl EmbedderConfig {
+    /// A configuration with the defaults of the settings: auto provider, ORT's thread count,
+    /// device 0, no GPU graph, no memory limit, IoBinding on.
+    pub fn new(
+        model_file: PathBuf,
+        tokenizer_file: PathBuf,
+        max_length: usize,
+        dimension: usize,
+    ) -> Self {
+        EmbedderConfig {
+            model_file,
+            tokenizer_file,
+            max_length,
+            dimension,
+            provider: ProviderChoice::Auto,
+            intra_op_threads: 0,
+            gpu_device: 0,
+            gpu_model_file: None,
+            gpu_memory_limit_mb: 0,
+            tensorrt_cache_dir: None,
+            io_binding: true,
+            pooling: None,
+            normalize: false,
+            prepared_cache: None,
+            shrink_arena: false,
+            intra_op_spinning: true,
+        }
+    }
+}
+
+/// What a session has done since it was created (shown by `tributary_sessions()`).
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// ORT runs (batches).
+    pub runs: u64,
+    pub rows: u64,
+    /// Real tokens, and tokens including padding.
+    pub tokens: u64,
+    pub padded_tokens: u64,
+    /// Time inside ORT runs (binding, host/device copies and the model).
+    pub run_time: Duration,
+    /// Time the calling thread waited for tokenization (the part not hidden behind ORT runs).
+    pub tokenize_wait: Duration,
+    /// Texts longer than the window (`max_length` tokens), cut to it.
+    pub truncated: u64,
+    /// Time to create the session (ms), preparing its graph included when it was prepared then.
+    pub create_time: Duration,
+}
