@@ -73,6 +73,7 @@ pub extern "C-unwind" fn _PG_init() {
 #[pg_schema]
 mod tests {
     include!("tests.rs");
+    include!("tests_rows.rs");
 }
 
 #[cfg(test)]

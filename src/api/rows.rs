@@ -3,36 +3,11 @@
 
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
-use serde_json::{Map, Value};
 
 use crate::engine::rowtext::TEMPLATE_VERSION;
 use crate::pg::error::{OrRaise, Result, TributaryError};
 use crate::pg::vector::Vector;
-use crate::service::rows::{row_embedding, row_text_with, row_values, RowOptions};
-
-/// The table a composite datum belongs to (`None` for an anonymous record) and its JSON.
-fn record_json(row: pgrx::composite_type!("record")) -> (Option<pg_sys::Oid>, Map<String, Value>) {
-    let datum = row
-        .into_composite_datum()
-        .expect("a composite value has a datum");
-    // SAFETY: `datum` is a HeapTupleHeader just built by into_composite_datum; row_to_json(record)
-    // reads the row type from the header.
-    let (typid, json) = unsafe {
-        let header = datum.cast_mut_ptr::<pg_sys::HeapTupleHeaderData>();
-        let typid = pgrx::heap_tuple_header_get_type_id(header);
-        let json = pg_sys::OidFunctionCall1Coll(
-            pg_sys::Oid::from(pg_sys::F_ROW_TO_JSON_RECORD),
-            pg_sys::InvalidOid,
-            datum,
-        );
-        (typid, String::from_datum(json, false).unwrap_or_default())
-    };
-    let relid = unsafe { pg_sys::get_typ_typrelid(typid) };
-    (
-        (relid != pg_sys::InvalidOid).then_some(relid),
-        row_values(&json).or_raise(),
-    )
-}
+use crate::service::rows::{record_embedding, record_text, RowOptions};
 
 /// The SQL functions' arguments as [`RowOptions`]. NULL `include`, `exclude`, `time_columns`,
 /// `as_of`, `max_tokens` mean "not given"; NULL `parents`, `children`, `keys`, `template`, or a
@@ -81,8 +56,10 @@ fn options(
 /// ...`, at most `children` rows each, most recent first by the first of `time_columns` the table
 /// has; never the row itself). No context row after `as_of` (by that time column) is used.
 /// Values are cut to a fair share of `max_tokens` tokens (default: the model's max length, 256
-/// for all-MiniLM-L6-v2); json values nested deeper than 128 levels are kept, compact. Context
-/// is read as the current role: row-level security and column privileges apply.
+/// for all-MiniLM-L6-v2); json values nested deeper than 128 levels are kept, compact. A value
+/// over 1 kB per token of `max_tokens` (256 kB for 256 tokens) is read only as far as its first
+/// 64 bytes per token, as text, so a huge value costs bounded memory and time. Context is read
+/// as the current role: row-level security and column privileges apply.
 ///
 /// NULL `row` gives NULL (whatever the options); NULL `include`, `exclude`, `time_columns`, `as_of`, `max_tokens` are
 /// "not given", NULL `model` the default model (`tributary.model`).
@@ -119,8 +96,7 @@ fn tributary_row_text(
         template,
     )
     .or_raise();
-    let (oid, values) = record_json(row);
-    Some(row_text_with(oid, &values, &opts, model).or_raise())
+    Some(record_text(row, &opts, model).or_raise())
 }
 
 /// `tributary_embed(row record [, model text, include text[], exclude text[], parents int,
@@ -157,8 +133,7 @@ fn tributary_embed_row(
         template,
     )
     .or_raise();
-    let (oid, values) = record_json(row);
-    Some(row_embedding(oid, &values, &opts, model).or_raise())
+    Some(record_embedding(row, &opts, model).or_raise())
 }
 
 /// `tributary_row_template_version() → integer`: the row template version `tributary_row_text`

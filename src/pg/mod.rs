@@ -8,6 +8,7 @@ pub mod error;
 pub mod gpu;
 pub mod gucs;
 pub mod name;
+pub mod record;
 pub mod relation;
 pub mod roles;
 pub mod spi;

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use crate::engine::rowtext::{self, Children, Field, Row, TEMPLATE_VERSION};
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{spi_error, Result, TributaryError};
+use crate::pg::record;
 use crate::pg::relation::{self, Table};
 use crate::pg::vector::Vector;
 use crate::service::embed::embed_one;
@@ -173,14 +174,35 @@ pub(crate) fn row_values(json: &str) -> Result<Map<String, Value>> {
     })
 }
 
-/// Runs `sql` and returns each row's first column parsed as a JSON object and its second as a count.
-fn json_rows(sql: &str, args: &[DatumWithOid]) -> Result<Vec<(Map<String, Value>, i64)>> {
+/// A name for the subquery of `table`'s rows that none of its columns has: a bare column name
+/// would be taken before the subquery's whole row.
+fn row_alias(table: &Table) -> String {
+    (0..)
+        .map(|i| format!("r{i}"))
+        .find(|a| table.column(a).is_none())
+        .expect("a table has finitely many columns")
+}
+
+/// Runs `sql`, whose first column is a whole row and second a count, and returns each row's
+/// values ([`record::record_values`]: values too long for a text of `window` tokens read only
+/// in part) and its count.
+fn json_rows(
+    sql: &str,
+    args: &[DatumWithOid],
+    window: usize,
+) -> Result<Vec<(Map<String, Value>, i64)>> {
     Spi::connect(|client| {
         let mut out = Vec::new();
-        for r in client.select(sql, None, args).map_err(spi_error)? {
-            let text: String = r.get(1).map_err(spi_error)?.unwrap_or_default();
-            let count: i64 = r.get(2).ok().flatten().unwrap_or(1);
-            out.push((row_values(&text)?, count));
+        let mut table = client.select(sql, None, args).map_err(spi_error)?;
+        while table.next().is_some() {
+            let count: i64 = table.get(2).ok().flatten().unwrap_or(1);
+            let Some(datum) = table.get_datum_by_ordinal(1).map_err(spi_error)? else {
+                continue;
+            };
+            // SAFETY: column 1 is a whole-row value (a composite datum) of the SPI result, which
+            // lives until the connection closes, after this loop.
+            let (_, values) = unsafe { record::record_values(datum, window)? };
+            out.push((values, count));
         }
         Ok(out)
     })
@@ -218,6 +240,7 @@ fn gather(
     opts: &RowOptions,
     parents: i32,
     root: bool,
+    window: usize,
     seen: &mut Seen,
 ) -> Result<Row> {
     let fields = table
@@ -261,15 +284,15 @@ fn gather(
             else {
                 continue;
             };
-            // `p.*`, not `p`: a column named p would be taken for the row.
-            let sql = format!("SELECT row_to_json(p.*)::text, 1::bigint FROM ({select} LIMIT 1) p");
-            if let Some((map, _)) = json_rows(&sql, &args)?.into_iter().next() {
+            let p = row_alias(&parent);
+            let sql = format!("SELECT {p}, 1::bigint FROM ({select} LIMIT 1) {p}");
+            if let Some((map, _)) = json_rows(&sql, &args, window)?.into_iter().next() {
                 // Reached by another key than the one it was shown under: compare every key.
                 if !mark_shown(&parent, &map, seen) {
                     continue;
                 }
                 seen.insert(reached);
-                let p = gather(&parent, &map, opts, parents - 1, false, seen)?;
+                let p = gather(&parent, &map, opts, parents - 1, false, window, seen)?;
                 row.parents.push((link.label.clone(), p));
             }
         }
@@ -301,16 +324,17 @@ fn gather(
             let Some((select, args)) = select(&child, &link.other_cols, &key, &not, opts) else {
                 continue;
             };
+            let c = row_alias(&child);
             let mut order: Vec<String> = Vec::new();
             if let Some(t) = child.time_column(&opts.time_columns) {
-                order.push(format!("c.{} DESC NULLS LAST", quote_identifier(&t.name)));
+                order.push(format!("{c}.{} DESC NULLS LAST", quote_identifier(&t.name)));
             }
             if child.readable(&child.primary_key) {
                 order.extend(
                     child
                         .primary_key
                         .iter()
-                        .map(|k| format!("c.{} DESC", quote_identifier(k))),
+                        .map(|k| format!("{c}.{} DESC", quote_identifier(k))),
                 );
             }
             let order = if order.is_empty() {
@@ -319,10 +343,10 @@ fn gather(
                 format!(" ORDER BY {}", order.join(", "))
             };
             let sql = format!(
-                "SELECT row_to_json(c.*)::text, count(*) OVER ()::bigint FROM ({select}) c{order} LIMIT {}",
+                "SELECT {c}, count(*) OVER ()::bigint FROM ({select}) {c}{order} LIMIT {}",
                 opts.children
             );
-            let found = json_rows(&sql, &args)?;
+            let found = json_rows(&sql, &args, window)?;
             let total = found.first().map_or(0, |(_, n)| *n);
             if total == 0 {
                 continue;
@@ -336,7 +360,9 @@ fn gather(
             );
             let rows = found
                 .iter()
-                .map(|(map, _)| gather(&child, map, &child_opts, 0, false, seen).map(|r| r.fields))
+                .map(|(map, _)| {
+                    gather(&child, map, &child_opts, 0, false, window, seen).map(|r| r.fields)
+                })
                 .collect::<Result<Vec<_>>>()?;
             row.children.push(Children {
                 label: link.label.clone(),
@@ -387,7 +413,15 @@ pub(crate) fn row_text(
             }
             let mut seen = Seen::new();
             mark_shown(&table, values, &mut seen);
-            gather(&table, values, opts, opts.parents, true, &mut seen)?
+            gather(
+                &table,
+                values,
+                opts,
+                opts.parents,
+                true,
+                window(opts, model),
+                &mut seen,
+            )?
         }
         None => Row {
             table: None,
@@ -405,34 +439,55 @@ pub(crate) fn row_text(
             ..Default::default()
         },
     };
-    let max_tokens = opts.max_tokens.map_or(model.max_length, |m| m as usize);
-    catalog::with_tokenizer(model, |t| rowtext::row_text(&row, t, max_tokens))?.map_err(Into::into)
+    catalog::with_tokenizer(model, |t| rowtext::row_text(&row, t, window(opts, model)))?
+        .map_err(Into::into)
 }
 
-/// [`row_text`] with the model named `model` (`None`: `tributary.model`).
+/// The tokens a row's text may take: `max_tokens`, else the model's max length.
+fn window(opts: &RowOptions, model: &ModelRow) -> usize {
+    opts.max_tokens.map_or(model.max_length, |m| m as usize)
+}
+
+/// The table of the composite `row` (`None`: an anonymous record) and its values, those too
+/// long for the text read only in part ([`record::record_values`]).
+fn record_values(
+    row: pgrx::composite_type!("record"),
+    opts: &RowOptions,
+    model: &ModelRow,
+) -> Result<(Option<pg_sys::Oid>, Map<String, Value>)> {
+    let datum = row
+        .into_composite_datum()
+        .expect("a composite value has a datum");
+    // SAFETY: `datum` is the HeapTupleHeader into_composite_datum just built, in the current
+    // memory context.
+    unsafe { record::record_values(datum, window(opts, model)) }
+}
+
+/// [`row_text`] of the composite value `row` (a table's row or an anonymous record), with the
+/// model named `model` (`None`: `tributary.model`).
 ///
 /// Errors: as [`row_text`].
-pub(crate) fn row_text_with(
-    oid: Option<pg_sys::Oid>,
-    values: &Map<String, Value>,
+pub(crate) fn record_text(
+    row: pgrx::composite_type!("record"),
     opts: &RowOptions,
     model: Option<&str>,
 ) -> Result<String> {
     let model = catalog::model(model)?;
-    row_text(oid, values, opts, &model)
+    let (oid, values) = record_values(row, opts, &model)?;
+    row_text(oid, &values, opts, &model)
 }
 
 /// The embedding of [`row_text`] (`[dim]` f32, unit L2 norm), through the backend's memo of
 /// recent texts ([`embed_one`]).
 ///
 /// Errors: as [`row_text`] and [`crate::service::embed::embed`].
-pub(crate) fn row_embedding(
-    oid: Option<pg_sys::Oid>,
-    values: &Map<String, Value>,
+pub(crate) fn record_embedding(
+    row: pgrx::composite_type!("record"),
     opts: &RowOptions,
     model: Option<&str>,
 ) -> Result<Vector> {
     let model = catalog::model(model)?;
-    let text = row_text(oid, values, opts, &model)?;
+    let (oid, values) = record_values(row, opts, &model)?;
+    let text = row_text(oid, &values, opts, &model)?;
     embed_one(&model, &text, None)
 }

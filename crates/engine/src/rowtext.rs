@@ -33,7 +33,7 @@
 use serde_json::{Map, Value};
 
 use super::error::Result;
-use super::tokenize::TextTokenizer;
+use super::tokenize::{cut, TextTokenizer, BYTES_PER_TOKEN};
 
 /// The layout described in this module's documentation. A different layout gets a new number;
 /// older numbers stay selectable so that stored embeddings can be reproduced.
@@ -429,6 +429,36 @@ pub fn row_text(row: &Row, tokenizer: &TextTokenizer, max_tokens: usize) -> Resu
     Ok(text)
 }
 
+/// Values whose size in bytes (PostgreSQL's, before output: a jsonb's binary form, an array's)
+/// passes this many times [`kept_bytes`] are not read whole: the caller reads only their first
+/// [`kept_bytes`] bytes, as text ([`oversized_text`]). The margin keeps every value whose text
+/// could be shown today out of that path (a jsonb array of small numbers takes up to about 10
+/// times its text's bytes); a value over it needs over 16 times more bytes per token than
+/// English (about 4), so it is cut in any case.
+pub const OVERSIZED_FACTOR: usize = 16;
+
+/// Bytes of an oversized value kept for a text of at most `max_tokens` tokens: `max_tokens x`
+/// [`BYTES_PER_TOKEN`] (16 kB for 256 tokens), the most the tokenizer reads of a text for a
+/// window of that size.
+pub fn kept_bytes(max_tokens: usize) -> usize {
+    max_tokens.saturating_mul(BYTES_PER_TOKEN)
+}
+
+/// The size in bytes over which a value of a row is oversized for a text of at most
+/// `max_tokens` tokens: [`OVERSIZED_FACTOR`] x [`kept_bytes`] (256 kB for 256 tokens).
+pub fn oversized_bytes(max_tokens: usize) -> usize {
+    kept_bytes(max_tokens).saturating_mul(OVERSIZED_FACTOR)
+}
+
+/// What the text shows of an oversized value whose text starts with `start` (at least
+/// [`kept_bytes`] of it, as read by the caller): its first [`kept_bytes`] bytes, cut on a
+/// character boundary, and `…`. Reading 16 kB instead of the whole value keeps a row's memory
+/// bounded (a 50 MB jsonb value took 1.37 GB through `row_to_json` and serde_json); the text then
+/// cuts it to its fair share like any long value.
+pub fn oversized_text(start: &str, max_tokens: usize) -> String {
+    format!("{}…", cut(start, kept_bytes(max_tokens)).trim_end())
+}
+
 /// `value` cut to `share` tokens (token `i` ends at byte `ends[i]`), the last one being `…`.
 fn cut_value(value: &str, ends: &[usize], share: usize) -> String {
     if share >= ends.len() {
@@ -652,5 +682,44 @@ mod tests {
             row_text(&short, &tok, 64).unwrap(),
             "table: doc\ntitle: A short title"
         );
+    }
+
+    #[test]
+    fn oversized_values_keep_their_first_bytes() {
+        assert_eq!(kept_bytes(256), 16 * 1024);
+        assert_eq!(oversized_bytes(256), 256 * 1024);
+        assert_eq!(oversized_bytes(usize::MAX), usize::MAX, "saturates");
+        // Cut on a character boundary (é is 2 bytes), trailing space dropped, then `…`.
+        let start = "é".repeat(kept_bytes(4));
+        let t = oversized_text(&start, 4);
+        assert!(t.ends_with('…'));
+        assert_eq!(t.len(), kept_bytes(4) + '…'.len_utf8());
+        let start = format!("{} {}", "a".repeat(kept_bytes(1) - 1), "b".repeat(100));
+        assert_eq!(oversized_text(&start, 1), format!("{}…", "a".repeat(63)));
+    }
+
+    /// A value read only as far as [`oversized_text`] gives the same row text as the whole value:
+    /// the fair share of a value that long is far below the bytes kept.
+    #[test]
+    fn oversized_value_gives_the_same_text_as_the_whole_value() {
+        let file = crate::model::repo_root().join("ort/models/all-MiniLM-L6-v2/tokenizer.json");
+        let tok = TextTokenizer::from_file(&file, 256)
+            .expect("the default model is prepared by scripts/setup.sh");
+        let huge = "lorem ipsum dolor sit amet ".repeat(20_000);
+        assert!(huge.len() > oversized_bytes(256));
+        let row = |body: &str| Row {
+            table: Some("doc".into()),
+            fields: vec![
+                field("title", json!("A short title")),
+                field("body", json!(body)),
+            ],
+            ..Default::default()
+        };
+        for max_tokens in [16, 64, 256] {
+            let whole = row_text(&row(&huge), &tok, max_tokens).unwrap();
+            let cut = row_text(&row(&oversized_text(&huge, max_tokens)), &tok, max_tokens).unwrap();
+            assert_eq!(whole, cut, "max_tokens {max_tokens}");
+            assert!(whole.len() < 2000, "{}", whole.len());
+        }
     }
 }

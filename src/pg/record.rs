@@ -1,0 +1,141 @@
+//! A composite value (a table row, an anonymous record) as the JSON object the row text is made
+//! from, with every oversized value read only in part.
+//!
+//! `row_to_json` of a row holding a 50 MB jsonb value, parsed by serde_json, took 1.37 GB and
+//! ignored a statement_timeout for 0.4 s; the text shows a few hundred characters of it. So each
+//! value's size is read from its header first (no detoasting), and a value over
+//! [`rowtext::oversized_bytes`] is left out of `row_to_json` and replaced by the start of its
+//! text ([`rowtext::oversized_text`]): a slice of a text, varchar, bpchar or json value (only
+//! that much is fetched and decompressed), or the output of any other type cut short. Rows
+//! without such a value take the same path as before, so their text does not change.
+
+use pgrx::prelude::*;
+use pgrx::PgTupleDesc;
+use serde_json::{Map, Value};
+
+use crate::engine::rowtext;
+use crate::pg::error::{Result, TributaryError};
+
+/// The values of the composite `datum` (a `HeapTupleHeader`: a whole-row value) as a map from
+/// column name to JSON value in column order, as `row_to_json` writes them, except that a
+/// value over [`rowtext::oversized_bytes`]`(max_tokens)` bytes is the JSON string
+/// [`rowtext::oversized_text`] of its text; and the table the row type belongs to (`None` for an
+/// anonymous record).
+///
+/// Errors: XX000 if `row_to_json` gives something that is not a JSON object.
+///
+/// # Safety
+/// `datum` must be a valid, non-NULL composite datum in a memory context that outlives the call.
+pub(crate) unsafe fn record_values(
+    datum: pg_sys::Datum,
+    max_tokens: usize,
+) -> Result<(Option<pg_sys::Oid>, Map<String, Value>)> {
+    // SAFETY (whole function): the caller passes a composite datum; the tuple descriptor comes
+    // from the type cache for its type and is released by PgTupleDesc's drop.
+    unsafe {
+        let header = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+        let header_datum = pg_sys::Datum::from(header);
+        let typid = pgrx::heap_tuple_header_get_type_id(header);
+        let typmod = pgrx::heap_tuple_header_get_typmod(header);
+        let relid = pg_sys::get_typ_typrelid(typid);
+        let tupdesc = PgTupleDesc::from_pg(pg_sys::lookup_rowtype_tupdesc(typid, typmod));
+        let natts = tupdesc.len();
+        let mut tuple = pg_sys::HeapTupleData {
+            t_len: pgrx::heap_tuple_header_get_datum_length(header) as u32,
+            t_self: pg_sys::ItemPointerData::default(),
+            t_tableOid: pg_sys::InvalidOid,
+            t_data: header,
+        };
+        let mut values = vec![pg_sys::Datum::from(0usize); natts];
+        let mut nulls = vec![false; natts];
+        pg_sys::heap_deform_tuple(
+            &mut tuple,
+            tupdesc.as_ptr(),
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+        );
+        let limit = rowtext::oversized_bytes(max_tokens);
+        let oversized: Vec<usize> = (0..natts)
+            .filter(|&i| {
+                let att = tupdesc.get(i).expect("i < natts");
+                !att.attisdropped
+                    && !nulls[i]
+                    && att.attlen == -1
+                    && pg_sys::toast_raw_datum_size(values[i]) > limit
+            })
+            .collect();
+        let json_of = if oversized.is_empty() {
+            header_datum
+        } else {
+            for &i in &oversized {
+                nulls[i] = true;
+            }
+            let smaller =
+                pg_sys::heap_form_tuple(tupdesc.as_ptr(), values.as_mut_ptr(), nulls.as_mut_ptr());
+            pg_sys::heap_copy_tuple_as_datum(smaller, tupdesc.as_ptr())
+        };
+        pgrx::check_for_interrupts!();
+        let json = pg_sys::OidFunctionCall1Coll(
+            pg_sys::Oid::from(pg_sys::F_ROW_TO_JSON_RECORD),
+            pg_sys::InvalidOid,
+            json_of,
+        );
+        let text = String::from_datum(json, false).unwrap_or_default();
+        let mut map = rowtext::parse_row_json(&text).ok_or_else(|| {
+            TributaryError::Internal(format!("row_to_json gave no JSON object: {:.80}", text))
+        })?;
+        for &i in &oversized {
+            let att = tupdesc.get(i).expect("i < natts");
+            let start = text_start(values[i], att.atttypid, rowtext::kept_bytes(max_tokens));
+            map.insert(
+                att.name().to_owned(),
+                Value::String(rowtext::oversized_text(&start, max_tokens)),
+            );
+            pgrx::check_for_interrupts!();
+        }
+        Ok(((relid != pg_sys::InvalidOid).then_some(relid), map))
+    }
+}
+
+/// At least the first `bytes` bytes of the text of `value` (of type `typid`, a varlena), or all
+/// of it when shorter. Text types (and domains over them) are sliced before detoasting, so only
+/// the start is fetched and decompressed; other types go through their output function.
+///
+/// # Safety
+/// `value` must be a valid, non-NULL datum of type `typid`.
+unsafe fn text_start(value: pg_sys::Datum, typid: pg_sys::Oid, bytes: usize) -> String {
+    // SAFETY: as the caller promises; slices and output strings are palloc'd in the current
+    // memory context and freed here.
+    unsafe {
+        let base = pg_sys::getBaseType(typid);
+        let sliceable = [
+            pg_sys::TEXTOID,
+            pg_sys::VARCHAROID,
+            pg_sys::BPCHAROID,
+            pg_sys::JSONOID,
+        ]
+        .contains(&base);
+        let (raw, to_free): (Vec<u8>, *mut std::ffi::c_void) = if sliceable {
+            // A few bytes more than asked: the cut then falls on a whole character.
+            let count = i32::try_from(bytes + 8).unwrap_or(i32::MAX);
+            let slice = pg_sys::pg_detoast_datum_slice(value.cast_mut_ptr(), 0, count);
+            let len = pgrx::varsize_any_exhdr(slice);
+            let data = pgrx::vardata_any(slice) as *const u8;
+            (std::slice::from_raw_parts(data, len).to_vec(), slice.cast())
+        } else {
+            let mut output = pg_sys::InvalidOid;
+            let mut varlena = false;
+            pg_sys::getTypeOutputInfo(typid, &mut output, &mut varlena);
+            let out = pg_sys::OidOutputFunctionCall(output, value);
+            let all = std::ffi::CStr::from_ptr(out).to_bytes();
+            (all[..all.len().min(bytes + 8)].to_vec(), out.cast())
+        };
+        if to_free != value.cast_mut_ptr() {
+            pg_sys::pfree(to_free);
+        }
+        match std::str::from_utf8(&raw) {
+            Ok(s) => s.to_owned(),
+            Err(e) => String::from_utf8_lossy(&raw[..e.valid_up_to()]).into_owned(),
+        }
+    }
+}
