@@ -74,6 +74,7 @@ pub extern "C-unwind" fn _PG_init() {
 mod tests {
     include!("tests.rs");
     include!("tests_rows.rs");
+    include!("tests_errors.rs");
 }
 
 #[cfg(test)]

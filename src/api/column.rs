@@ -1,10 +1,10 @@
 //! `tributary_embed_column`: fill a vector column of a whole table, in batches, in this backend.
 
 use pgrx::prelude::*;
-use pgrx::PgRelation;
 
-use crate::pg::error::{raise, OrRaise, TributaryError};
+use crate::pg::error::{raise, OrRaise, Result, TributaryError};
 use crate::pg::name::Name;
+use crate::pg::regclass::RegClass;
 use crate::service::column::embed_column;
 use crate::service::rows::RowOptions;
 
@@ -35,7 +35,10 @@ use crate::service::rows::RowOptions;
 /// the window are truncated and counted: one WARNING with the count (`tributary.truncation =
 /// warning`, the default), none (`truncate`), or 22001 at the first (`error`).
 ///
-/// Errors, all before any work: 42704 unknown prompt; 22023 column filled by another model;
+/// Errors, all before any work: 22004 NULL `tbl`, `columns`, `target`, `batch_size`, `parents`
+/// or `children`, or a NULL element of `columns`, `exclude` or `time_columns`; 42P01 no
+/// relation has `tbl`'s OID (a dropped table); 42501 the caller may read no column of `tbl`;
+/// 42704 unknown prompt; 22023 column filled by another model;
 /// 42809 not an ordinary or partitioned table (a view, materialized
 /// view or foreign table); 22023 bad batch_size or empty columns; 42703 unknown column;
 /// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
@@ -43,21 +46,30 @@ use crate::service::rows::RowOptions;
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "tributary_embed_column", volatile, parallel_unsafe)]
 pub(crate) fn tributary_embed_column_0_3(
-    tbl: Option<PgRelation>,
-    columns: Option<Vec<String>>,
+    tbl: Option<RegClass>,
+    columns: Option<Vec<Option<String>>>,
     target: Option<Name>,
     model: default!(Option<&str>, "NULL"),
     batch_size: default!(Option<i32>, 1024),
-    exclude: default!(Option<Vec<String>>, "NULL"),
+    exclude: default!(Option<Vec<Option<String>>>, "NULL"),
     parents: default!(Option<i32>, 0),
     children: default!(Option<i32>, 0),
-    time_columns: default!(Option<Vec<String>>, "NULL"),
+    time_columns: default!(Option<Vec<Option<String>>>, "NULL"),
     as_of: default!(Option<pgrx::datum::TimestampWithTimeZone>, "NULL"),
     prompt: default!(Option<&str>, "NULL"),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         raise(TributaryError::NullArgument("tbl, columns and target"));
     };
+    let columns = no_nulls(columns, "an element of columns").or_raise();
+    let exclude = exclude
+        .map(|e| no_nulls(e, "an element of exclude"))
+        .transpose()
+        .or_raise();
+    let time_columns = time_columns
+        .map(|t| no_nulls(t, "an element of time_columns"))
+        .transpose()
+        .or_raise();
     let (Some(batch_size), Some(parents), Some(children)) = (batch_size, parents, children) else {
         raise(TributaryError::NullArgument(
             "batch_size, parents and children",
@@ -110,7 +122,7 @@ pub(crate) fn tributary_embed_column_0_3(
         });
     }
     embed_column(
-        tbl.oid(),
+        tbl.lock().or_raise(),
         &columns,
         &target.0,
         model,
@@ -119,6 +131,14 @@ pub(crate) fn tributary_embed_column_0_3(
         whole_row.then_some(row_options),
     )
     .or_raise()
+}
+
+/// The names of a `text[]` argument, or 22004 when one is NULL (`what` names the argument).
+pub(crate) fn no_nulls(names: Vec<Option<String>>, what: &'static str) -> Result<Vec<String>> {
+    names
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or(TributaryError::NullArgument(what))
 }
 
 /// Most rows per batch (as for jobs' batch_size).

@@ -6,9 +6,9 @@
 //! defaults (no prompt, no prompts).
 
 use pgrx::prelude::*;
-use pgrx::PgRelation;
 
 use crate::pg::name::Name;
+use crate::pg::regclass::RegClass;
 use crate::pg::vector::Vector;
 
 /// 0.2.0's `tributary_embed(text, model)`.
@@ -32,15 +32,15 @@ fn tributary_embed_array(
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(sql = false, volatile, parallel_unsafe)]
 fn tributary_embed_column(
-    tbl: Option<PgRelation>,
-    columns: Option<Vec<String>>,
+    tbl: Option<RegClass>,
+    columns: Option<Vec<Option<String>>>,
     target: Option<Name>,
     model: Option<&str>,
     batch_size: Option<i32>,
-    exclude: Option<Vec<String>>,
+    exclude: Option<Vec<Option<String>>>,
     parents: Option<i32>,
     children: Option<i32>,
-    time_columns: Option<Vec<String>>,
+    time_columns: Option<Vec<Option<String>>>,
     as_of: Option<pgrx::datum::TimestampWithTimeZone>,
 ) -> i64 {
     super::column::tributary_embed_column_0_3(

@@ -81,6 +81,15 @@ pub enum TributaryError {
     #[error("{0}")]
     Privilege(String),
 
+    /// 42P01: a `regclass` argument whose relation does not exist (a dropped table's OID).
+    #[error("{0}")]
+    UndefinedTable(String),
+
+    /// 42501: the caller lacks a privilege on a user's object (no hint about superusers, unlike
+    /// [`TributaryError::Privilege`]).
+    #[error("{0}")]
+    Permission(String),
+
     /// 42809
     #[error("\"{0}\" is not a table")]
     NotATable(String),
@@ -246,6 +255,8 @@ impl From<TributaryError> for ErrorReport {
                 None,
                 Some("tributary_embed_column writes ordinary and partitioned tables; for a view, embed its base table (materialized views and foreign tables cannot be written)."),
             ),
+            T::Permission(_) => report(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE, None, None),
+            T::UndefinedTable(_) => report(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, None, None),
             T::ArrayShape(_) => report(PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR, None, Some("Pass a one-dimensional text[].")),
             T::Internal(_) => report(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, None, None),
             T::ModelMetadata { reason, missing, .. } => report(

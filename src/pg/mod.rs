@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod gucs;
 pub mod name;
 pub mod record;
+pub mod regclass;
 pub mod relation;
 pub mod roles;
 pub mod spi;

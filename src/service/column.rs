@@ -21,7 +21,8 @@ use crate::service::vectors::RowsToVectors;
 /// see `tributary_embed_column` (src/api/column.rs) for the text of a row. `row_options`: whole
 /// rows (`columns` is `{*}`). The arguments are checked by the caller.
 ///
-/// Errors, all before any work: 42809 not a table; 42703 unknown column; 42804 target not
+/// Errors, all before any work: 42809 not a table; 42501 the caller may read no column of
+/// `tbl`; 42703 unknown column; 42804 target not
 /// vector/halfvec; 22000 target dimension differs from the model's (`tributary._target_column`);
 /// 42704 unknown model.
 pub(crate) fn embed_column(
@@ -211,6 +212,19 @@ impl Plan {
         .map_err(spi_error)?;
         if !matches!(relkind.map(|k| k as u8), Some(b'r') | Some(b'p')) {
             return Err(TributaryError::NotATable(relname));
+        }
+        // Privileges before names: a caller who may read nothing of the table learns nothing
+        // of its columns (42501, not 42703). Per-column SELECT is checked by the reads themselves.
+        let readable = Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.has_any_column_privilege($1, 'SELECT')",
+            &[tbl.into()],
+        )
+        .map_err(spi_error)?
+        .unwrap_or(false);
+        if !readable {
+            return Err(TributaryError::Permission(format!(
+                "permission denied for table {relname}"
+            )));
         }
         for c in columns.iter().filter(|_| !whole_row) {
             require_column(tbl, &relname, c)?;
