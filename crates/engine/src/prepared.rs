@@ -272,8 +272,8 @@ fn write_manifest(dir: &Path) -> Result<()> {
 /// Whether the prepared directory `dir` is whole: its manifest lists [`GRAPH_FILE`] and
 /// [`DATA_FILE`], and every file it lists has the size and CRC-32 it records (sizes first, so
 /// a truncated file is found without reading it). `Err` says what is wrong. Reads every file
-/// (about 20 ms for all-MiniLM-L6-v2's 90 MB on this machine's CPU), which also brings it into
-/// the page cache that the session then maps it from.
+/// (its cost per session creation is not measured yet), which also brings it into the page
+/// cache that the session then maps it from.
 fn check(dir: &Path) -> std::result::Result<(), String> {
     let path = dir.join(MANIFEST_FILE);
     let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
