@@ -111,7 +111,12 @@ def test_member_role_job_acts_as_alice(owned):
         bait_table(a, "boss_job")
     with cl.connect("boss") as b:
         job_id = one(b, "SELECT tributary_job_create('alice.boss_job', '{body}', 'e', mode => 'continuous')")
-        b.execute("INSERT INTO alice.boss_job VALUES (5, 'written by boss')")
+    # (Not boss: a role's own INSERT evaluates the table's domain as that role, in PostgreSQL.)
+    with cl.connect("alice") as a:
+        a.execute("INSERT INTO alice.boss_job VALUES (5, 'a later row')")
+    with cl.connect("boss") as b:
+        b.execute("SELECT tributary_job_pause(%s)", (job_id,))
+        b.execute("SELECT tributary_job_resume(%s)", (job_id,))
     wait_job(cl, job_id, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, 60, "all rows embedded")
     safe(cl)
     assert cl.su("SELECT owner::text FROM tributary.jobs WHERE id = %s", (job_id,)) == [("alice",)]
