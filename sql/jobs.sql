@@ -942,7 +942,8 @@ BEGIN
                 -- The writers go on; the job says why it stopped.
                 PERFORM tributary._job_drop_triggers(j);
                 UPDATE tributary._jobs SET state = CASE WHEN state = 'done' THEN state ELSE 'paused' END,
-                       last_error = format('%s was dropped: the job cannot go on (its triggers were taken off); drop it and create a new one', gone),
+                       last_error = format('%s was dropped: the job cannot go on%s; drop it and create a new one', gone,
+                                           CASE WHEN j.mode = 'continuous' THEN ' (its triggers were taken off: the table''s writes go on unqueued)' ELSE '' END),
                        last_error_at = now()
                  WHERE id = j.id;
                 RAISE WARNING 'tributary job % stopped: % was dropped', j.id, gone

@@ -70,6 +70,26 @@ fn huge_values_give_a_short_text_and_small_rows_the_same_text() {
     assert!(parent.contains("huge_doc (3 of 3): title: Big, body: [1, 2, 3, "), "{parent}");
     let record = text_of("SELECT tributary_row_text(ROW(repeat('é', 5000000), 7))");
     assert!(record.len() < 2000 && record.ends_with("\nf2: 7"), "{record}");
+    // An oversized jsonb value is rendered only in part, as jsonb_out writes it: nested objects
+    // and arrays, escapes, numbers, booleans, nulls, and a top-level scalar.
+    Spi::run(
+        "INSERT INTO huge_doc (id, author_id, title, body) VALUES
+           (4, 1, 'Nested', (SELECT jsonb_agg(jsonb_build_object('n', i, 'q', 'say \"hi\"' || chr(10) || chr(9) || chr(92), 'b', i % 2 = 0,
+                'z', NULL, 'a', jsonb_build_array(1.5, 'x', jsonb_build_array()), 'o', jsonb_build_object('é', -2e-3)))
+                FROM generate_series(1, 100000) i)),
+           (5, 1, 'Scalar', to_jsonb(repeat('é\"', 300000)))",
+    )
+    .unwrap();
+    for id in [4, 5] {
+        let text = text_of(&format!("SELECT tributary_row_text(d) FROM huge_doc d WHERE id = {id}"));
+        let full = text_of(&format!("SELECT body::text FROM huge_doc WHERE id = {id}"));
+        let shown = text
+            .lines()
+            .find_map(|l| l.strip_prefix("body: "))
+            .unwrap_or_else(|| panic!("no body in {text}"));
+        let shown = shown.strip_suffix('…').unwrap_or_else(|| panic!("not cut: {shown}"));
+        assert!(shown.len() > 20 && full.starts_with(shown), "row {id}: {shown}");
+    }
     // The embedding of such a row works too, and is that of its text.
     let same = Spi::get_one::<bool>(
         "SELECT tributary_embed(d) = tributary_embed(tributary_row_text(d)) FROM huge_doc d WHERE id = 3",

@@ -10,10 +10,10 @@ use pgrx::bgworkers::{
 use pgrx::prelude::*;
 
 use crate::pg::gucs;
-use crate::worker::registry::{self, Shortage, Want};
 use crate::worker::process::{
     attach_signal_handlers, exit_if_postmaster_died, pqsignal, reload_config_if_asked, wait,
 };
+use crate::worker::registry::{self, Shortage, Want};
 
 /// How often the launcher looks for databases created since it started.
 const DB_RESCAN: Duration = Duration::from_secs(10);

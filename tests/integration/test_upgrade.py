@@ -107,6 +107,14 @@ def test_update_from_0_1_0(env):
         c.execute("ALTER EXTENSION tributary UPDATE")
         assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'tributary'").fetchone()[0] == env["current"]
         assert c.execute("SELECT count(*) FROM tributary.models WHERE name = 'minilm-registered'").fetchone()[0] == 1
+        # The 0.1.0 job runs the current version's statements (rebuilt by the update), and follows
+        # a rename made after it.
+        stale = c.execute("SELECT count(*) FROM tributary._jobs j, tributary._job_build(j) b "
+                          "WHERE (j.claim_sql, j.select_sql, j.write_sql, j.enqueue_sql) "
+                          "IS DISTINCT FROM (b.claim_sql, b.select_sql, b.write_sql, b.enqueue_sql)").fetchone()[0]
+        assert stale == 0, f"{stale} job(s) kept the statements of {OLD}"
+        c.execute("ALTER TABLE notes RENAME COLUMN body TO content")
+        c.execute("ALTER TABLE notes RENAME COLUMN content TO body")
 
         # The job goes on: new and changed rows are embedded by the updated extension.
         c.execute("INSERT INTO notes VALUES (4, 'banana bread'), (5, 'violin')")

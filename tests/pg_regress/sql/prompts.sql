@@ -86,7 +86,17 @@ SELECT model, prompt FROM tributary.column_models WHERE relid::text = 'manuals' 
 ALTER TABLE manuals DROP COLUMN emb;
 SELECT count(*) AS after_drop_column FROM tributary.column_models WHERE relid::text = 'manuals';
 SELECT tributary_embed_column('manuals', '{body}', 'emb2') AS filled;
+-- A renamed column keeps its record (ALTER TABLE ... RENAME COLUMN).
+ALTER TABLE manuals RENAME COLUMN emb2 TO emb_renamed;
+SELECT attname, model FROM tributary.column_models WHERE relid::text = 'manuals';
 DROP TABLE manuals;
+-- Temporary tables are not recorded: they end with their session unseen by event triggers, and
+-- a record left behind would bind a later table given the same OID.
+CREATE TEMP TABLE temp_manuals (id int PRIMARY KEY, body text, emb vector(384));
+INSERT INTO temp_manuals VALUES (1, 'a temporary row');
+SELECT tributary_embed_column('temp_manuals', '{body}', 'emb') AS filled_temp;
+SELECT count(*) AS temp_records FROM tributary.column_models WHERE relid = 'temp_manuals'::regclass;
+DROP TABLE temp_manuals;
 SELECT count(*) AS after_drop_table FROM tributary.column_models WHERE relid::text = 'manuals';
 DROP ROLE prompts_reader;
 SELECT tributary_drop_model('minilm-e5');
