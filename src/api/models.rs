@@ -1,6 +1,6 @@
 //! Model catalog functions and the runtime info function.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pgrx::prelude::*;
 
@@ -24,6 +24,9 @@ use crate::pg::gucs;
 /// CPUs: about 1.5x the fp32 rows/s at mean cosine 0.994 on AVX2, see BENCHMARKS.md).
 /// `prompts`, a JSON object of prompt name to text (`{"query": "query: "}`), adds to or replaces
 /// the directory's prompts. Superuser only, since it names files the server will load.
+/// Re-registering with another model file removes the prepared graphs of the file it had
+/// (tributary.graph_cache_path) unless another model of this database uses it; registering also
+/// removes those whose model file is gone or changed. What cannot be removed is a WARNING.
 ///
 /// Errors: 22004 NULL name, path or precision; 42501 not a superuser; 58P01 no
 /// tributary.json/modules.json or model file; 22P02 an
@@ -40,16 +43,25 @@ pub(crate) fn tributary_register_model_0_3(
     let (Some(name), Some(path), Some(precision)) = (name, path, precision) else {
         crate::pg::error::raise(TributaryError::NullArgument("name, path and precision"));
     };
-    register(name, path, precision, prompts).or_raise();
+    let before = register(name, path, precision, prompts).or_raise();
     catalog::clear_sessions();
+    catalog::tidy_graph_cache(before.as_deref());
 }
 
-fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB>) -> Result<()> {
+/// Registers the model; returns the model file it had before (see `catalog::model_file`), if
+/// it was registered already, whose prepared graphs may now be unused.
+fn register(
+    name: &str,
+    path: &str,
+    precision: &str,
+    prompts: Option<pgrx::JsonB>,
+) -> Result<Option<PathBuf>> {
     if !unsafe { pg_sys::superuser() } {
         return Err(TributaryError::Privilege(
             "permission denied to register a model".into(),
         ));
     }
+    let before = catalog::model_files(Some(name))?.pop();
     let dir = if Path::new(path).is_absolute() {
         Path::new(path).to_owned()
     } else {
@@ -130,7 +142,7 @@ fn register(name: &str, path: &str, precision: &str, prompts: Option<pgrx::JsonB
     );
     Spi::run_with_args(&sql, &values)
         .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
-    Ok(())
+    Ok(before)
 }
 
 /// Whether `tributary.models` has the columns of 0.3.0 (prompts, layout): false in a database
@@ -174,7 +186,9 @@ fn metadata_error(e: ManifestError) -> TributaryError {
     }
 }
 
-/// `tributary_drop_model(name) → void`: removes a model from the catalog. Superuser only.
+/// `tributary_drop_model(name) → void`: removes a model from the catalog, and its prepared
+/// graphs (tributary.graph_cache_path) unless another model of this database uses the same
+/// model file; what cannot be removed is a WARNING. Superuser only.
 ///
 /// Errors: 42501 not a superuser; 42704 unknown model.
 #[pg_extern(volatile, parallel_unsafe)]
@@ -184,16 +198,15 @@ fn tributary_drop_model(name: &str) {
             "permission denied to drop a model".into(),
         ));
     }
-    let deleted = Spi::get_one_with_args::<String>(
-        "DELETE FROM tributary.models WHERE name = $1 RETURNING name",
+    let deleted = Spi::get_two_with_args::<String, String>(
+        "DELETE FROM tributary.models WHERE name = $1 RETURNING path, onnx_file",
         &[name.into()],
-    )
-    .ok()
-    .flatten();
-    if deleted.is_none() {
+    );
+    let Ok((Some(path), Some(onnx_file))) = deleted else {
         crate::pg::error::raise(TributaryError::UnknownModel(name.into()));
-    }
+    };
     catalog::clear_sessions();
+    catalog::tidy_graph_cache(Some(&catalog::model_file(&path, &onnx_file)));
 }
 
 /// `tributary_info([model]) → table`: loads `model` (default `tributary.model`) in this backend

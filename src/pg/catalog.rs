@@ -42,19 +42,14 @@ pub struct ModelRow {
 
 impl ModelRow {
     pub fn dir(&self) -> PathBuf {
-        let p = Path::new(&self.path);
-        if p.is_absolute() {
-            p.to_owned()
-        } else {
-            gucs::model_path().join(p)
-        }
+        model_dir(&self.path)
     }
 
     /// The session configuration this row asks for under the current settings.
     pub fn embedder_config(&self) -> EmbedderConfig {
         let dir = self.dir();
         EmbedderConfig {
-            model_file: dir.join(&self.onnx_file),
+            model_file: model_file(&self.path, &self.onnx_file),
             tokenizer_file: dir.join(&self.tokenizer_file),
             max_length: self.max_length,
             dimension: self.dimension,
@@ -107,6 +102,94 @@ impl ModelRow {
         let dir = self.dir();
         let file = dir.join(Manifest::from_dir(&dir).ok()?.graph("fp16")?);
         file.is_file().then_some(file)
+    }
+}
+
+/// A model's directory from its `path` in `tributary.models`: absolute, or relative to
+/// `tributary.model_path`.
+fn model_dir(path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        gucs::model_path().join(p)
+    }
+}
+
+/// The graph file that a CPU session of a model loads, from its `path` and `onnx_file` in
+/// `tributary.models`: the file its prepared graphs (tributary.shared_weights) are prepared from.
+pub fn model_file(path: &str, onnx_file: &str) -> PathBuf {
+    model_dir(path).join(onnx_file)
+}
+
+/// The [`model_file`] of model `name` in `tributary.models` (none for an unknown name), or of
+/// every model there when `name` is `None`.
+///
+/// Errors: XX000 when SPI fails.
+pub fn model_files(name: Option<&str>) -> Result<Vec<PathBuf>> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT path, onnx_file FROM tributary.models WHERE $1::text IS NULL OR name = $1",
+            None,
+            &[name.into()],
+        )?;
+        let mut files = Vec::new();
+        for row in rows {
+            if let (Some(path), Some(onnx_file)) = (row.get::<String>(1)?, row.get::<String>(2)?) {
+                files.push(model_file(&path, &onnx_file));
+            }
+        }
+        Ok::<_, pgrx::spi::Error>(files)
+    })
+    .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))
+}
+
+/// Tidies the prepared graphs in `tributary.graph_cache_path` after a model was dropped or
+/// re-registered: removes those prepared from `released` (the model file that model no longer
+/// uses) unless another model in this database's `tributary.models` still uses that file, then
+/// those whose model file is gone or changed ([`engine::prepared::sweep`]). Other databases'
+/// catalogs are not read: a model there that uses the released file prepares it again (about
+/// 0.5 s for all-MiniLM-L6-v2) when it next creates a session; so does this one if the
+/// transaction rolls back, since removing files is not transactional. Backends that have the
+/// removed files mapped keep them (see the sweep). Nothing is done while
+/// `tributary.shared_weights` is off. What cannot be removed is a WARNING, never an ERROR.
+pub fn tidy_graph_cache(released: Option<&Path>) {
+    let Some(cache) = gucs::graph_cache_path() else {
+        return;
+    };
+    if let Some(file) = released {
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
+        match model_files(None) {
+            Ok(files) if files.iter().any(|f| canonical(f) == canonical(file)) => {}
+            Ok(_) => report(&cache, engine::prepared::remove_prepared(&cache, file)),
+            Err(e) => pgrx::warning!("tributary: prepared graphs of {} kept: {e}", file.display()),
+        }
+    }
+    report(&cache, engine::prepared::sweep(&cache));
+}
+
+/// Logs what a removal in the graph cache `cache` did (LOG: the server log only) and warns of
+/// what it could not do.
+fn report(cache: &Path, done: engine::Result<engine::prepared::Removed>) {
+    match done {
+        Ok(done) => {
+            for (dir, why) in &done.removed {
+                pgrx::log!(
+                    "tributary: removed prepared graph {} ({why})",
+                    dir.display()
+                );
+            }
+            for (dir, e) in &done.failed {
+                pgrx::warning!(
+                    "tributary: could not remove prepared graph {}: {e}",
+                    dir.display()
+                );
+            }
+        }
+        Err(e) => pgrx::warning!(
+            "tributary: could not remove prepared graphs in {}: {e}",
+            cache.display()
+        ),
     }
 }
 
