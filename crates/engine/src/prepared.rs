@@ -776,18 +776,22 @@ mod tests {
         let graph = prepared_graph(rt(), &model_dir().join("model.onnx"), &cache).unwrap();
         let dir = graph.parent().unwrap();
         let manifest = read_manifest(dir).unwrap();
-        // Just prepared: files modified within the second are not vouched for.
+        let set_mtimes = |t: std::time::SystemTime| {
+            for f in &manifest.files {
+                let file = std::fs::File::options()
+                    .write(true)
+                    .open(dir.join(&f.name))
+                    .unwrap();
+                file.set_modified(t).unwrap();
+            }
+        };
+        // Files modified within the second are not vouched for.
+        let _ = std::fs::remove_file(dir.join(VERIFIED_FILE));
+        set_mtimes(std::time::SystemTime::now());
         check(dir).unwrap();
         assert!(!dir.join(VERIFIED_FILE).exists());
         // Last written two seconds ago: a full check passes and is kept.
-        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(2);
-        for f in &manifest.files {
-            let file = std::fs::File::options()
-                .write(true)
-                .open(dir.join(&f.name))
-                .unwrap();
-            file.set_modified(past).unwrap();
-        }
+        set_mtimes(std::time::SystemTime::now() - std::time::Duration::from_secs(2));
         check(dir).unwrap();
         assert!(verified(dir, &manifest));
         // Damaged in place since: the stamp no longer holds, and the full check finds it.
