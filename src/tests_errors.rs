@@ -27,7 +27,8 @@ fn error_of(sql: &str) -> (String, String) {
 fn errors_table(name: &str) {
     Spi::run("CREATE EXTENSION IF NOT EXISTS vector").unwrap();
     Spi::run(&format!(
-        "CREATE TABLE {name} (id int PRIMARY KEY, body text, e vector(384))"
+        "CREATE TABLE {name} (id int PRIMARY KEY, body text, e vector(384));
+         INSERT INTO {name} VALUES (1, 'one row, so that row functions are called')"
     ))
     .unwrap();
 }

@@ -189,6 +189,35 @@ def test_renames_are_followed(owned):
     assert cl.su("SELECT attname::text FROM tributary.column_models WHERE relid = 'alice.renamed'::regclass") == [("emb",)]
 
 
+def test_chunk_job_follows_renames(owned):
+    """A chunk job after RENAME COLUMN of its text column and RENAME of the source and of the chunk
+    table: its trigger function is rewritten (still alice's, still tied to the extension), every
+    INSERT and UPDATE works and is chunked and embedded; DROP COLUMN of the text column is refused
+    by PostgreSQL (2BP01) while the trigger needs it."""
+    cl = owned
+    with cl.connect("alice") as a:
+        a.execute("CREATE TABLE alice.cdoc (id int PRIMARY KEY, body text)")
+        a.execute("INSERT INTO alice.cdoc VALUES (1, 'first document about owners')")
+        job_id = one(a, "SELECT tributary_chunk_job_create('alice.cdoc', 'body', 'cdoc_chunks')")
+        a.execute("ALTER TABLE alice.cdoc RENAME COLUMN body TO content")
+        a.execute("INSERT INTO alice.cdoc VALUES (2, 'second document after the column rename')")
+        a.execute("ALTER TABLE alice.cdoc RENAME TO cdoc2")
+        a.execute("ALTER TABLE alice.cdoc_chunks RENAME TO cdoc2_chunks")
+        a.execute("INSERT INTO alice.cdoc2 VALUES (3, 'third document after both tables were renamed')")
+        a.execute("UPDATE alice.cdoc2 SET content = 'first document, rewritten' WHERE id = 1")
+        expect(a, "ALTER TABLE alice.cdoc2 DROP COLUMN content", "2BP01")
+    rows = cl.su("SELECT id, chunk FROM alice.cdoc2_chunks ORDER BY id, chunk_seq")
+    assert rows == [(1, "first document, rewritten"), (2, "second document after the column rename"),
+                    (3, "third document after both tables were renamed")], rows
+    wait_job(cl, job_id, lambda j: j["rows_queued"] == 0 and j["rows_done"] >= 3, 60, "chunks embedded")
+    assert embedded(cl, "alice.cdoc2_chunks", "embedding") == (3, 3)
+    fn = cl.su("""SELECT p.proowner::regrole::text, p.prosrc LIKE '%%alice.cdoc2_chunks%%' AND p.prosrc LIKE '%%NEW.content%%',
+                         EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'x')
+                    FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+                   WHERE t.tgrelid = 'alice.cdoc2'::regclass AND NOT t.tgisinternal""")
+    assert fn == [("alice", True, True)], fn
+
+
 def test_dropped_column_stops_the_job_not_the_writers(owned):
     """DROP COLUMN of a continuous job's text column: INSERTs go on, the job is paused with a
     last_error naming the column, and resuming it says 42703 with a hint."""
