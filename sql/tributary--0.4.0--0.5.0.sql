@@ -858,6 +858,7 @@ DECLARE
     fn       text;
     fn_oid   regprocedure;
     chunk_args text;
+    body     text;
     j        tributary._jobs;
 BEGIN
     IF source IS NULL OR text_column IS NULL OR chunk_table IS NULL OR overlap_tokens IS NULL THEN
@@ -934,29 +935,29 @@ BEGIN
         'name', coalesce(name, format('chunks of %s.%s', src, text_column))));
 
     -- The trigger function: NEW's chunks replace its old ones. Made by the owner (its own
-    -- function), then tied to the extension.
+    -- function) with an empty body, tied to the extension, put on the source with its trigger
+    -- and recorded in the job; then its body is written from the catalog, as every later
+    -- rename rewrites it (tributary._chunk_function_sql). The source is locked meanwhile.
     fn := format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt),
                  'tributary_chunks_' || job);
-    PERFORM tributary._run_as(owner, format($f$CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp AS $body$
-        BEGIN
-            DELETE FROM %s WHERE (%s) = (%s);
-            INSERT INTO %s (%s, chunk_seq, chunk, start_char, end_char)
-            SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s.tributary_chunk(NEW.%I, %s) AS k;
-            RETURN NULL;
-        END $body$$f$,
-        fn, tgt_name, array_to_string(pk, ', '), (SELECT string_agg('NEW.' || p, ', ') FROM unnest(pk) p),
-        tgt_name, array_to_string(pk, ', '), (SELECT string_agg('NEW.' || p, ', ') FROM unnest(pk) p), ext, text_column, chunk_args));
+    PERFORM tributary._run_as(owner, format('CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER '
+                   'SET search_path = pg_catalog, pg_temp AS $body$BEGIN RETURN NULL; END$body$', fn));
     fn_oid := to_regprocedure(fn || '()');
     PERFORM tributary._run_as(owner, format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn));
     PERFORM tributary._run_as(owner, format('COMMENT ON FUNCTION %s() IS %L', fn,
                    format('tributary chunk job %s: keeps %s in step with %s.%s', job, tgt_name, src, text_column)));
-    EXECUTE format('ALTER FUNCTION %s() DEPENDS ON EXTENSION tributary', fn);
     PERFORM tributary._run_as(owner, format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %I ON %s FOR EACH ROW EXECUTE FUNCTION %s()',
                    'tributary_chunks_' || job, text_column, src, fn));
     UPDATE tributary._jobs SET chunk_source = source, chunk_function = fn_oid, chunk_tokens = chunk_tokens,
            chunk_overlap = coalesce(overlap_tokens, 0)
-     WHERE id = job;
+     WHERE id = job
+    RETURNING * INTO j;
+    body := tributary._chunk_function_sql(j);
+    IF body IS NULL THEN
+        RAISE EXCEPTION 'could not write the trigger function of chunk job %', job USING ERRCODE = 'internal_error';
+    END IF;
+    PERFORM tributary._run_as(owner, body);
+    EXECUTE format('ALTER FUNCTION %s() DEPENDS ON EXTENSION tributary', fn);
     RETURN job;
 END $fn$;
 
