@@ -105,7 +105,14 @@ $$;
 -- Categories: weighted vote, `confidence` = the winner's share of the weights (0..1).
 -- Numbers: weighted mean (as text in `prediction`) and `stddev` around it.
 -- `evidence`: the neighbours, nearest first: [{key, label, distance, weight}], key = primary key
--- columns (or ctid). An HNSW index on `embedding` is used when there is one.
+-- columns (or ctid). An HNSW or IVFFlat index on `embedding` is used when there is one, with
+-- pgvector 0.8's iterative index scans (hnsw.iterative_scan and ivfflat.iterative_scan =
+-- relaxed_order, set for the call only): a plain index scan returns hnsw.ef_search candidates
+-- before the `label IS NOT NULL` filter, so k unlabelled rows near the query left no neighbours.
+-- Relaxed order is re-sorted by distance. When the scan still returns fewer than k neighbours
+-- (it stops at hnsw.max_scan_tuples) and more labelled rows exist, the search is run again
+-- exactly (every labelled row's distance, no index), so `neighbours` is always
+-- min(k, labelled rows visible to the caller).
 -- NULL query gives a row of NULLs (checked after the other arguments). Runs with jit = off (see
 -- the top of this file). Errors: 22004 NULL tbl, label, embedding, k or kind; 22023 k outside
 -- 1..1000 or bad kind, or no row of `tbl` (visible to the caller) has both `label` and
@@ -114,13 +121,16 @@ $$;
 CREATE FUNCTION tributary_predict(
     tbl regclass, label name, embedding name, query vector, k integer DEFAULT 10, kind text DEFAULT 'auto',
     OUT prediction text, OUT confidence float8, OUT stddev float8, OUT neighbours integer, OUT evidence jsonb)
-RETURNS record LANGUAGE plpgsql STABLE SET jit = off AS $$
+RETURNS record LANGUAGE plpgsql STABLE
+SET jit = off SET hnsw.iterative_scan = relaxed_order SET ivfflat.iterative_scan = relaxed_order AS $$
 DECLARE
     label_kind text;
     emb_type text;
     vec text := tributary._vector_schema();   -- pgvector's operators, whatever the search_path
     labels text[];
     weights float8[];
+    exact text;          -- '' (the index's order) or ' + 0' (the exact search)
+    available integer;
 BEGIN
     IF tbl IS NULL OR label IS NULL OR embedding IS NULL OR k IS NULL OR kind IS NULL THEN
         RAISE EXCEPTION '% must not be NULL',
@@ -137,20 +147,33 @@ BEGIN
     IF query IS NULL THEN
         RETURN;
     END IF;
-    EXECUTE format(
-        'SELECT array_agg(n.l ORDER BY n.d), array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d),
-                jsonb_agg(jsonb_build_object(''key'', n.key, ''label'', n.l, ''distance'', n.d,
-                                             ''weight'', greatest(1 - n.d, 1e-6)) ORDER BY n.d)
-           FROM (SELECT %s AS key, t.%I::text AS l, t.%I OPERATOR(%s.<=>) $1::%s AS d
-                   FROM %s AS t
-                  WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL
-                  ORDER BY t.%I OPERATOR(%s.<=>) $1::%s
-                  LIMIT $2) n',
-        tributary.row_key(tbl, 't'), label, embedding, vec, tributary._vector_type(emb_type), tbl, label, embedding,
-        embedding, vec, tributary._vector_type(emb_type))
-      INTO labels, weights, evidence
-      USING query, k;
-    neighbours := coalesce(cardinality(labels), 0);
+    -- First the index's order (an index can serve it); when that gives fewer than k neighbours
+    -- and more labelled rows exist (counted without reading the embeddings, at most k), the
+    -- exact search: ordered by the distance + 0, which no index serves. The aggregates re-sort
+    -- by distance (relaxed order).
+    exact := '';
+    LOOP
+        EXECUTE format(
+            'SELECT array_agg(n.l ORDER BY n.d), array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d),
+                    jsonb_agg(jsonb_build_object(''key'', n.key, ''label'', n.l, ''distance'', n.d,
+                                                 ''weight'', greatest(1 - n.d, 1e-6)) ORDER BY n.d)
+               FROM (SELECT %s AS key, t.%I::text AS l, t.%I OPERATOR(%s.<=>) $1::%s AS d
+                       FROM %s AS t
+                      WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL
+                      ORDER BY (t.%I OPERATOR(%s.<=>) $1::%s)%s
+                      LIMIT $2) n',
+            tributary.row_key(tbl, 't'), label, embedding, vec, tributary._vector_type(emb_type), tbl, label, embedding,
+            embedding, vec, tributary._vector_type(emb_type), exact)
+          INTO labels, weights, evidence
+          USING query, k;
+        neighbours := coalesce(cardinality(labels), 0);
+        EXIT WHEN neighbours >= k OR exact <> '';
+        EXECUTE format('SELECT count(*) FROM (SELECT FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL LIMIT $1) c',
+                       tbl, label, embedding)
+          INTO available USING k;
+        EXIT WHEN available <= neighbours;
+        exact := ' OPERATOR(pg_catalog.+) 0::pg_catalog.float8';
+    END LOOP;
     IF neighbours = 0 THEN
         RAISE EXCEPTION 'no rows to predict from: relation "%" has no row with both "%" and "%"', tbl, label, embedding
             USING ERRCODE = '22023',
