@@ -205,10 +205,23 @@ END $$;
 -- leaves no test rows or no training rows (no labelled, embedded rows at all, or too few groups
 -- for test_fraction: DETAIL gives the rows, groups, test_fraction and seed; HINT what to change);
 -- 42703 unknown group_by column.
+-- Forward in time: with `split_column` and `split_at` (both or neither; 22023 with one), the rows
+-- with split_column < split_at train and those with split_column >= split_at are tested
+-- (split_at is cast to split_column's type: CAST(split_at AS type)); rows with a NULL
+-- split_column are in neither, and a NOTICE counts them. group_by, test_fraction and seed are
+-- then not used (still checked). Errors: 42703 unknown split_column; the cast's own error for a
+-- bad split_at (22P02 for a number, 22007 for a date...); 22023 a side with no rows (DETAIL: the
+-- counts, the smallest and largest value; HINT).
+-- `split`, the last column, says which split was used: 'hash: test_fraction 0.2, seed 0, by
+-- primary key' (or by the group_by column, or by ctid without a primary key), or 'forward: year
+-- < 2010 trains, year >= 2010 tests'.
+-- The search is exact in every case (the held-out rows are compared with the training rows in a
+-- CTE, which no index serves), so index recall and hnsw.ef_search do not matter here.
 CREATE FUNCTION tributary_evaluate(
     tbl regclass, label name, embedding name, group_by name DEFAULT NULL, k integer DEFAULT 10,
-    test_fraction float8 DEFAULT 0.2, kind text DEFAULT 'auto', seed integer DEFAULT 0)
-RETURNS TABLE (metric text, model float8, baseline float8, test_rows bigint, train_rows bigint)
+    test_fraction float8 DEFAULT 0.2, kind text DEFAULT 'auto', seed integer DEFAULT 0,
+    split_column name DEFAULT NULL, split_at text DEFAULT NULL)
+RETURNS TABLE (metric text, model float8, baseline float8, test_rows bigint, train_rows bigint, split text)
 LANGUAGE plpgsql STABLE SET jit = off AS $$
 DECLARE
     label_kind text;
@@ -219,7 +232,14 @@ DECLARE
     n_test bigint;
     n_train bigint;
     n_groups bigint;
-    split text;
+    n_null bigint;
+    lowest text;
+    highest text;
+    split_type text;
+    split_value text;    -- split_at cast to split_column's type, as an SQL expression
+    split_text text;     -- that value, as text
+    split_desc text;     -- the result's column split
+    groups text;
 BEGIN
     IF tbl IS NULL OR label IS NULL OR embedding IS NULL OR k IS NULL OR test_fraction IS NULL OR kind IS NULL
        OR seed IS NULL THEN
@@ -236,6 +256,13 @@ BEGIN
     IF test_fraction <= 0 OR test_fraction >= 1 THEN
         RAISE EXCEPTION 'test_fraction must be between 0 and 1, not %', test_fraction USING ERRCODE = '22023';
     END IF;
+    IF (split_column IS NULL) <> (split_at IS NULL) THEN
+        RAISE EXCEPTION 'split_column and split_at go together: % is NULL',
+            CASE WHEN split_column IS NULL THEN 'split_column' ELSE 'split_at' END
+            USING ERRCODE = '22023',
+            HINT = 'Give both for a forward split (split_column < split_at trains, >= split_at tests), '
+                   'or neither for the hashed split.';
+    END IF;
     label_kind := tributary.label_kind(tbl, label, kind);
     PERFORM tributary.embedding_type(tbl, embedding);
     IF group_by IS NULL THEN
@@ -246,9 +273,56 @@ BEGIN
     ELSE
         group_expr := format('t.%I::text', group_by);
     END IF;
+    IF split_column IS NOT NULL THEN
+        SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO split_type
+          FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = tbl AND a.attname = split_column AND a.attnum > 0 AND NOT a.attisdropped;
+        IF split_type IS NULL THEN
+            RAISE EXCEPTION 'column "%" of relation "%" does not exist', split_column, tbl USING ERRCODE = '42703';
+        END IF;
+        -- Cast once here, so that a bad split_at fails with the cast's own error before any scan.
+        EXECUTE format('SELECT CAST($1 AS %s)::text', split_type) INTO split_text USING split_at;
+        split_value := format('CAST(%L AS %s)', split_at, split_type);
+        -- Rows with a NULL split_column are in neither side (the filter below leaves them out).
+        held_out := format('t.%I >= %s', split_column, split_value);
+        EXECUTE format(
+            'SELECT count(*) FILTER (WHERE t.%1$I >= %2$s), count(*) FILTER (WHERE t.%1$I < %2$s),
+                    count(*) FILTER (WHERE t.%1$I IS NULL), min(t.%1$I)::text, max(t.%1$I)::text
+               FROM %3$s AS t WHERE t.%4$I IS NOT NULL AND t.%5$I IS NOT NULL',
+            split_column, split_value, tbl, label, embedding)
+          INTO n_test, n_train, n_null, lowest, highest;
+        split_desc := format('forward: %1$s < %2$s trains, %1$s >= %2$s tests', quote_ident(split_column), split_text);
+        IF n_test + n_train + n_null = 0 THEN
+            RAISE EXCEPTION 'no rows to evaluate on: relation "%" has no row with both "%" and "%"', tbl, label, embedding
+                USING ERRCODE = '22023',
+                DETAIL = format('0 rows of %s visible to the current user have %I IS NOT NULL AND %I IS NOT NULL.',
+                                tbl, label, embedding),
+                HINT = 'Fill the label column for some rows and their embeddings (tributary_embed_column); '
+                       'row-level security and column privileges apply.';
+        END IF;
+        IF n_test = 0 OR n_train = 0 THEN
+            RAISE EXCEPTION 'the split leaves no % rows', CASE WHEN n_test = 0 THEN 'test' ELSE 'training' END
+                USING ERRCODE = '22023',
+                DETAIL = format('Of the %s labelled, embedded rows, %s have %I >= %s (test), %s have %I < %s (training) '
+                                'and %s have %I NULL (left out); %I runs from %s to %s.',
+                                n_test + n_train + n_null, n_test, split_column, split_text, n_train, split_column,
+                                split_text, n_null, split_column, split_column,
+                                coalesce(lowest, 'NULL'), coalesce(highest, 'NULL')),
+                HINT = format('Choose a split_at above the smallest and at most the largest value of %I; '
+                              'rows with a NULL %I are in neither side.', split_column, split_column);
+        END IF;
+        IF n_null > 0 THEN
+            RAISE NOTICE 'tributary_evaluate: % labelled, embedded row% with NULL % left out of both sides',
+                n_null, CASE WHEN n_null = 1 THEN '' ELSE 's' END, quote_ident(split_column);
+        END IF;
+    ELSE
     -- The split: a row is held out when the seeded hash of its group falls below test_fraction.
     held_out := format('(hashtext(coalesce(%s, '''') || ''/'' || %s) & 2147483647) %% 1000000 < %s * 1000000',
                        group_expr, seed, test_fraction);
+    split_desc := format('hash: test_fraction %s, seed %s, by %s', test_fraction, seed,
+                         CASE WHEN group_by IS NOT NULL THEN quote_ident(group_by)
+                              WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = tbl AND i.indisprimary)
+                              THEN 'primary key' ELSE 'ctid' END);
     -- Both sides must have rows; counted without reading the embeddings (IS NOT NULL does not
     -- detoast). A STABLE function's queries share the caller's snapshot, so the counts hold below.
     EXECUTE format(
@@ -257,8 +331,8 @@ BEGIN
         held_out, group_expr, tbl, label, embedding)
       INTO n_test, n_train, n_groups;
     IF n_test = 0 OR n_train = 0 THEN
-        split := format('rows are split by %s, into %s group%s', coalesce(quote_ident(group_by), 'primary key'),
-                        n_groups, CASE WHEN n_groups = 1 THEN '' ELSE 's' END);
+        groups := format('rows are split by %s, into %s group%s', coalesce(quote_ident(group_by), 'primary key'),
+                         n_groups, CASE WHEN n_groups = 1 THEN '' ELSE 's' END);
         IF n_train + n_test = 0 THEN
             RAISE EXCEPTION 'no rows to evaluate on: relation "%" has no row with both "%" and "%"', tbl, label, embedding
                 USING ERRCODE = '22023',
@@ -271,10 +345,11 @@ BEGIN
             USING ERRCODE = '22023',
             DETAIL = format('With test_fraction %s and seed %s, %s of the %s labelled, embedded rows are held out '
                             'for testing and %s kept for training; %s.',
-                            test_fraction, seed, n_test, n_test + n_train, n_train, split),
+                            test_fraction, seed, n_test, n_test + n_train, n_train, groups),
             HINT = CASE WHEN n_test = 0 THEN 'Raise test_fraction or try another seed; '
                         ELSE 'Lower test_fraction or try another seed; ' END
                    || 'both sides need at least one group, so a table (or group_by) with few groups needs more rows or groups.';
+    END IF;
     END IF;
     -- labelled rows, split, each embedding detoasted once (subvector copies it in line, so the
     -- CTE's tuplestore holds the vector, not a TOAST pointer fetched again for every test row);
@@ -282,7 +357,7 @@ BEGIN
     base := format(
         'WITH labelled AS MATERIALIZED (
              SELECT t.%I::text AS l, %s.subvector(t.%I, 1, %s.vector_dims(t.%I)) AS e, %s AS held_out
-               FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL),
+               FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL%s),
          train AS MATERIALIZED (SELECT l, e FROM labelled WHERE NOT held_out),
          test AS (SELECT l, e FROM labelled WHERE held_out),
          near AS (
@@ -291,7 +366,8 @@ BEGIN
                     SELECT array_agg(x.l) AS labels, array_agg(greatest(1 - x.d, 1e-6)) AS weights
                       FROM (SELECT r.l, r.e OPERATOR(%s.<=>) s.e AS d FROM train r ORDER BY 2 LIMIT %s) x) n),
          counts AS (SELECT (SELECT count(*) FROM test) AS test_rows, (SELECT count(*) FROM train) AS train_rows)',
-        label, vec, embedding, vec, embedding, held_out, tbl, label, embedding, vec, k);
+        label, vec, embedding, vec, embedding, held_out, tbl, label, embedding,
+        CASE WHEN split_column IS NOT NULL THEN format(' AND t.%I IS NOT NULL', split_column) ELSE '' END, vec, k);
     IF label_kind = 'category' THEN
         RETURN QUERY EXECUTE base || ',
          majority AS (SELECT l FROM train GROUP BY l ORDER BY count(*) DESC, l LIMIT 1),
@@ -307,17 +383,17 @@ BEGIN
                        bool_or(p.truth = c.c OR p.baseline = c.c) AS in_baseline
                   FROM classes c CROSS JOIN pred p WHERE c.c IS NOT NULL GROUP BY c.c)
          SELECT ''accuracy'', avg((p.model IS NOT DISTINCT FROM p.truth)::int)::float8,
-                avg((p.baseline IS NOT DISTINCT FROM p.truth)::int)::float8, c.test_rows, c.train_rows
+                avg((p.baseline IS NOT DISTINCT FROM p.truth)::int)::float8, c.test_rows, c.train_rows, $1
            FROM pred p, counts c GROUP BY c.test_rows, c.train_rows
          UNION ALL
          SELECT ''macro_f1'', (SELECT avg(coalesce(f.model, 0)) FILTER (WHERE f.in_model) FROM f1 f)::float8,
-                (SELECT avg(coalesce(f.baseline, 0)) FILTER (WHERE f.in_baseline) FROM f1 f)::float8, c.test_rows, c.train_rows
-           FROM counts c';
+                (SELECT avg(coalesce(f.baseline, 0)) FILTER (WHERE f.in_baseline) FROM f1 f)::float8, c.test_rows, c.train_rows, $1
+           FROM counts c' USING split_desc;
     ELSE
         RETURN QUERY EXECUTE base || ',
          mean AS (SELECT avg(l::float8) AS m FROM train)
          SELECT ''mae'', avg(abs((tributary.knn_mean(near.labels::float8[], near.weights)).prediction - near.truth::float8)),
-                avg(abs((SELECT m FROM mean) - near.truth::float8)), c.test_rows, c.train_rows
-           FROM near, counts c GROUP BY c.test_rows, c.train_rows';
+                avg(abs((SELECT m FROM mean) - near.truth::float8)), c.test_rows, c.train_rows, $1
+           FROM near, counts c GROUP BY c.test_rows, c.train_rows' USING split_desc;
     END IF;
 END $$;
