@@ -37,7 +37,8 @@ COMMENT ON VIEW tributary.progress_embed_column IS 'Cluster-wide: the progress o
 
 -- Prediction
 COMMENT ON FUNCTION tributary_predict(regclass, name, name, vector, integer, text) IS 'Predicts column label for a query embedding from the k nearest rows of tbl that have it: similarity-weighted vote (categories, with confidence) or weighted mean and stddev (numbers), with the neighbours as evidence.';
-COMMENT ON FUNCTION tributary_evaluate(regclass, name, name, name, integer, double precision, text, integer) IS 'Held-out evaluation of tributary_predict on a table: accuracy and macro-F1 (categories) or MAE (numbers) next to the majority-class or mean baseline, split by a seeded hash of group_by.';
+COMMENT ON FUNCTION tributary_evaluate(regclass, name, name, name, integer, double precision, text, integer, name, text) IS 'Held-out evaluation of tributary_predict on a table: accuracy and macro-F1 (categories) or MAE (numbers) next to the majority-class or mean baseline, split by a seeded hash of group_by or forward in time (split_column < split_at trains); the split used in the last column.';
+COMMENT ON FUNCTION tributary_predict_column(regclass, name, name, name, integer, text, integer) IS 'Fills column target of the unlabelled, embedded rows of tbl with tributary_predict''s prediction from their k nearest labelled rows, in batches; returns the rows updated.';
 COMMENT ON FUNCTION tributary.label_kind(regclass, name, text) IS 'Internal (tributary_predict): whether a label column is a category or a number.';
 COMMENT ON FUNCTION tributary.embedding_type(regclass, name) IS 'Internal (tributary_predict): the vector type of an embedding column.';
 COMMENT ON FUNCTION tributary.row_key(regclass, text) IS 'Internal (tributary_predict): the jsonb key expression of a table''s rows (primary key, else ctid).';

@@ -397,3 +397,169 @@ BEGIN
            FROM near, counts c GROUP BY c.test_rows, c.train_rows' USING split_desc;
     END IF;
 END $$;
+
+-- tributary_predict_column(tbl, label, embedding, target [, k, kind, batch_size]): fills column
+-- `target` of every row whose `label` IS NULL and whose `embedding` is not NULL (overwriting what
+-- target held) with tributary_predict's prediction for the row's own embedding: the same k
+-- nearest labelled rows (the same iterative index scan, and the exact search for a row that
+-- gets fewer than k of them while more exist), the same vote or mean. Returns the rows updated.
+-- The prediction (text) is cast to target's type, CAST(prediction AS type): a target that cannot
+-- hold it fails with the cast's error (a number label's mean into an integer column, say: use a
+-- numeric or float column). Set-based, `batch_size` rows a statement (one UPDATE ... FROM the
+-- batch's predictions), the rows keyed by primary key, or by (tableoid, ctid) without one; a
+-- NOTICE after a batch when tributary.progress_interval ms have passed since the last one (0:
+-- none), as tributary_embed_column's. Neighbours are rows whose `label` is not NULL, so the
+-- rows predicted in this call never become neighbours of later batches (target is another
+-- column). One statement: a cancel or statement_timeout stops it between or inside batches and
+-- nothing is written. The caller's privileges: SELECT on the columns read, UPDATE on target;
+-- row-level security chooses both the neighbours and the rows updated (a row the caller's
+-- UPDATE policies hide is not updated nor counted). Runs with jit = off (see the top of this
+-- file). Errors: 22004 NULL argument; 22023 target = label (predictions would count as labels),
+-- k outside 1..1000, batch_size < 1, bad kind, or rows to predict but no row with both label and
+-- embedding; 42703 unknown column; 42804 embedding column not vector/halfvec; 42501 no UPDATE
+-- privilege (PostgreSQL's).
+CREATE FUNCTION tributary_predict_column(
+    tbl regclass, label name, embedding name, target name, k integer DEFAULT 10, kind text DEFAULT 'auto',
+    batch_size integer DEFAULT 1000)
+RETURNS bigint LANGUAGE plpgsql VOLATILE
+SET jit = off SET hnsw.iterative_scan = relaxed_order SET ivfflat.iterative_scan = relaxed_order AS $$
+DECLARE
+    label_kind text;
+    emb_type text;
+    vec text := tributary._vector_schema();   -- pgvector's operators, whatever the search_path
+    target_type text;
+    key_expr text;       -- jsonb key of a row aliased t
+    match_s text;        -- the row s of the batch entry b.key
+    match_t text;        -- the updated row t of the prediction p.key
+    nearest text;        -- the k nearest labelled rows r of s, as labels and weights
+    near_index text;     -- nearest by the index's order
+    near_exact text;     -- nearest by the exact search, only where a.n < $3
+    more boolean;
+    setting text;
+    vote text;
+    update_sql text;
+    total bigint;
+    available integer;
+    done bigint := 0;
+    written bigint;
+    keys jsonb[] := '{}';
+    key jsonb;
+    cur refcursor;
+    interval_ms bigint;
+    started timestamptz := clock_timestamp();
+    last_report timestamptz := clock_timestamp();
+BEGIN
+    IF tbl IS NULL OR label IS NULL OR embedding IS NULL OR target IS NULL OR k IS NULL OR kind IS NULL
+       OR batch_size IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL',
+            CASE WHEN tbl IS NULL THEN 'tbl' WHEN label IS NULL THEN 'label' WHEN embedding IS NULL THEN 'embedding'
+                 WHEN target IS NULL THEN 'target' WHEN k IS NULL THEN 'k' WHEN kind IS NULL THEN 'kind'
+                 ELSE 'batch_size' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF k < 1 OR k > 1000 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000, not %', k USING ERRCODE = '22023',
+            HINT = 'k is the number of neighbours; pgvector''s index scans return at most hnsw.ef_search (at most 1000) rows.';
+    END IF;
+    IF batch_size < 1 THEN
+        RAISE EXCEPTION 'batch_size must be at least 1, not %', batch_size USING ERRCODE = '22023';
+    END IF;
+    IF target = label THEN
+        RAISE EXCEPTION 'target must not be the label column "%"', label USING ERRCODE = '22023',
+            HINT = 'Predictions written into the label column would count as labels; write them to another column.';
+    END IF;
+    label_kind := tributary.label_kind(tbl, label, kind);
+    emb_type := tributary.embedding_type(tbl, embedding);
+    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO target_type
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = tbl AND a.attname = target AND a.attnum > 0 AND NOT a.attisdropped;
+    IF target_type IS NULL THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', target, tbl USING ERRCODE = '42703';
+    END IF;
+    -- Keys: the primary key's columns, compared as their own types; else (tableoid, ctid).
+    SELECT 'jsonb_build_object(' || string_agg(format('%L, t.%I', a.attname, a.attname), ', ' ORDER BY k.ord) || ')',
+           string_agg(format('s.%I = (b.key ->> %L)::%s', a.attname, a.attname,
+                             pg_catalog.format_type(a.atttypid, a.atttypmod)), ' AND ' ORDER BY k.ord),
+           string_agg(format('t.%I = (p.key ->> %L)::%s', a.attname, a.attname,
+                             pg_catalog.format_type(a.atttypid, a.atttypmod)), ' AND ' ORDER BY k.ord)
+      INTO key_expr, match_s, match_t
+      FROM pg_catalog.pg_index i
+     CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = tbl AND i.indisprimary;
+    IF key_expr IS NULL THEN
+        key_expr := 'jsonb_build_object(''tableoid'', t.tableoid, ''ctid'', t.ctid::text)';
+        match_s := 's.tableoid = (b.key ->> ''tableoid'')::pg_catalog.oid AND s.ctid = (b.key ->> ''ctid'')::pg_catalog.tid';
+        match_t := 't.tableoid = (p.key ->> ''tableoid'')::pg_catalog.oid AND t.ctid = (p.key ->> ''ctid'')::pg_catalog.tid';
+    END IF;
+    -- The rows to predict, and how many neighbours each must get: min(k, labelled rows).
+    EXECUTE format('SELECT count(*) FROM %s AS t WHERE t.%I IS NULL AND t.%I IS NOT NULL', tbl, label, embedding)
+      INTO total;
+    IF total = 0 THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM (SELECT FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL LIMIT $1) c',
+                   tbl, label, embedding)
+      INTO available USING k;
+    IF available = 0 THEN
+        RAISE EXCEPTION 'no rows to predict from: relation "%" has no row with both "%" and "%"', tbl, label, embedding
+            USING ERRCODE = '22023',
+            DETAIL = format('0 rows of %s visible to the current user have %I IS NOT NULL AND %I IS NOT NULL; '
+                            '%s rows wait for a prediction.', tbl, label, embedding, total),
+            HINT = 'Fill the label column for some rows and their embeddings (tributary_embed_column); '
+                   'row-level security and column privileges apply to the neighbours.';
+    END IF;
+    -- As tributary_predict: the index's order first, then, for a row that got fewer than
+    -- `available` neighbours, the exact search (the gate a.n < $3 skips it for the others).
+    nearest :=
+        '(SELECT array_agg(n.l ORDER BY n.d) AS labels, array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d) AS weights,
+                 count(*) AS n
+            FROM (SELECT r.%1$I::text AS l, r.%2$I OPERATOR(%3$s.<=>) s.%2$I AS d
+                    FROM %4$s AS r
+                   WHERE r.%1$I IS NOT NULL AND r.%2$I IS NOT NULL%5$s
+                   ORDER BY (r.%2$I OPERATOR(%3$s.<=>) s.%2$I)%6$s
+                   LIMIT $2) n)';
+    near_index := format(nearest, label, embedding, vec, tbl, '', '');
+    near_exact := format(nearest, label, embedding, vec, tbl, ' AND a.n < $3',
+                         ' OPERATOR(pg_catalog.+) 0::pg_catalog.float8');
+    vote := CASE WHEN label_kind = 'category' THEN '(tributary.knn_vote(%1$s.labels, %1$s.weights)).prediction'
+                 ELSE '(tributary.knn_mean(%1$s.labels::float8[], %1$s.weights)).prediction::text' END;
+    update_sql := format(
+        'UPDATE %s AS t SET %I = CAST(p.prediction AS %s)
+           FROM (SELECT b.key, CASE WHEN a.n < $3 THEN %s ELSE %s END AS prediction
+                   FROM unnest($1::jsonb[]) AS b(key)
+                   JOIN %s AS s ON %s
+                  CROSS JOIN LATERAL %s AS a
+                  CROSS JOIN LATERAL %s AS e) p
+          WHERE %s',
+        tbl, target, target_type, format(vote, 'e'), format(vote, 'a'), tbl, match_s,
+        near_index, near_exact, match_t);
+    -- tributary.progress_interval: ms, shown with a unit ('10s') once tributary's library has
+    -- defined it, as typed (a placeholder) before; unset: its default, 10 s.
+    setting := coalesce(nullif(current_setting('tributary.progress_interval', true), ''), '10000');
+    interval_ms := CASE WHEN setting ~ '^\s*\d+\s*$' THEN setting::bigint
+                        ELSE (extract(epoch FROM setting::interval) * 1000)::bigint END;
+    OPEN cur NO SCROLL FOR EXECUTE
+        format('SELECT %s FROM %s AS t WHERE t.%I IS NULL AND t.%I IS NOT NULL', key_expr, tbl, label, embedding);
+    LOOP
+        FETCH cur INTO key;
+        more := FOUND;
+        IF more THEN
+            keys := keys || key;
+        END IF;
+        IF cardinality(keys) >= batch_size OR (NOT more AND cardinality(keys) > 0) THEN
+            EXECUTE update_sql USING keys, k, available;
+            GET DIAGNOSTICS written = ROW_COUNT;
+            done := done + written;
+            keys := '{}';
+            IF interval_ms > 0 AND clock_timestamp() - last_report >= interval_ms * interval '1 ms' THEN
+                last_report := clock_timestamp();
+                RAISE NOTICE 'tributary_predict_column: % of % rows predicted (% rows/s)', done, total,
+                    round(done / greatest(extract(epoch FROM clock_timestamp() - started), 1e-9));
+            END IF;
+        END IF;
+        EXIT WHEN NOT more;
+    END LOOP;
+    CLOSE cur;
+    RETURN done;
+END $$;
