@@ -42,7 +42,8 @@ SELECT wide.toasted('wide.item') AS item_toasted, wide.toasted('wide.narrow') AS
 -- Evaluation: the same metrics, wide and narrow, vector and halfvec, several splits, k and kinds.
 CREATE FUNCTION wide.eval(tbl regclass, emb name, label name, group_by name, k int, seed int, kind text DEFAULT 'auto')
 RETURNS SETOF record LANGUAGE sql AS $$
-  SELECT * FROM tributary_evaluate(tbl, label, emb, group_by => group_by, k => k, test_fraction => 0.3, seed => seed, kind => kind)
+  SELECT metric, model, baseline, test_rows, train_rows
+    FROM tributary_evaluate(tbl, label, emb, group_by => group_by, k => k, test_fraction => 0.3, seed => seed, kind => kind)
 $$;
 CREATE FUNCTION wide.shown(tbl regclass, emb name, label name, group_by name, k int, seed int, kind text DEFAULT 'auto')
 RETURNS TABLE (metric text, model numeric, baseline numeric, test_rows bigint, train_rows bigint) LANGUAGE sql AS $$
