@@ -1527,7 +1527,10 @@ BEGIN
         RAISE EXCEPTION 'the source table of job % (OID %) does not exist', j.id, j.source::oid USING ERRCODE = 'undefined_table';
     END IF;
     src_from := CASE WHEN skind = 'r' THEN 'ONLY ' ELSE '' END || src;
-    pk := tributary._key_columns(j.source);
+    SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord) INTO pk
+      FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+     WHERE i.indrelid = j.source AND i.indisprimary;
     SELECT array_agg(quote_ident(a.attname) ORDER BY a.attnum) INTO qk
       FROM pg_attribute a WHERE a.attrelid = j.queue AND a.attnum > 0 AND NOT a.attisdropped;
     IF pk IS NULL OR cardinality(pk) <> cardinality(qk) THEN
@@ -1553,7 +1556,10 @@ BEGIN
         tk := pk;
     ELSE
         -- The target table's primary key, by position; else columns named as the source's key.
-        tk := tributary._key_columns(tgt);
+        SELECT array_agg(quote_ident(a.attname) ORDER BY k.ord) INTO tk
+          FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+         WHERE i.indrelid = tgt AND i.indisprimary;
         IF tk IS NULL OR cardinality(tk) <> cardinality(pk) THEN
             tk := pk;
         END IF;
