@@ -53,6 +53,20 @@ pgrx::extension_sql_file!(
     requires = ["jobs", api::chunk::tributary_chunk]
 );
 
+// tributary_match and tributary_dedup (plpgsql over pgvector and the native helpers; see the
+// file's header).
+pgrx::extension_sql_file!(
+    "../sql/match.sql",
+    name = "match",
+    requires = [
+        "jobs",
+        "predict",
+        api::matching::_string_similarity,
+        api::matching::_match_threshold,
+        api::matching::_logistic_fit
+    ]
+);
+
 // COMMENT ON for every object of the extension, after all of them exist.
 pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 

@@ -5,5 +5,6 @@ pub mod chunk;
 pub mod column;
 pub mod compat;
 pub mod embed;
+pub mod matching;
 pub mod models;
 pub mod rows;
