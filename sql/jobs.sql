@@ -350,7 +350,7 @@ BEGIN
     -- The versions src/service/rows.rs knows (crates/engine/src/rowtext.rs TEMPLATE_VERSIONS).
     IF template NOT BETWEEN 1 AND 2 THEN
         RAISE EXCEPTION 'row template version % does not exist', template USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Versions 1 to 2 exist (see the README, "Rows as text").';
+            HINT = 'Versions 1, 2 exist (see the README, "Rows as text").';
     END IF;
     -- Only the table's owner (or a member of it) makes jobs on it: a job adds triggers to it and
     -- writes every row. The job acts as the table's owner, never as the caller.

@@ -2,7 +2,7 @@
 
 use pgrx::prelude::*;
 
-use crate::engine::rowtext::TEMPLATE_VERSIONS;
+use crate::engine::rowtext::{self, TEMPLATE_VERSIONS};
 use crate::pg::error::{raise, OrRaise, Result, TributaryError};
 use crate::pg::name::Name;
 use crate::pg::regclass::RegClass;
@@ -117,9 +117,8 @@ pub(crate) fn tributary_embed_column_0_6(
         raise(TributaryError::InvalidArgument {
             message: format!("row template version {template} does not exist"),
             hint: Some(format!(
-                "Versions {} to {} exist (see the README, \"Rows as text\").",
-                TEMPLATE_VERSIONS.start(),
-                TEMPLATE_VERSIONS.end()
+                "Versions {} exist (see the README, \"Rows as text\").",
+                rowtext::version_list()
             )),
         });
     }

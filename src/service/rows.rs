@@ -60,9 +60,8 @@ impl RowOptions {
             return bad(
                 format!("row template version {} does not exist", self.template),
                 Some(&format!(
-                    "Versions {} to {} exist (see the README, \"Rows as text\").",
-                    TEMPLATE_VERSIONS.start(),
-                    TEMPLATE_VERSIONS.end()
+                    "Versions {} exist (see the README, \"Rows as text\").",
+                    rowtext::version_list()
                 )),
             );
         }
@@ -309,8 +308,9 @@ fn gather(
         }
     }
     if root && opts.children > 0 {
-        // Link tables' lines, with the link table's own label in case two lead to one table.
-        let mut through: Vec<(Children, String)> = Vec::new();
+        // Which lines are link tables' (index in `row.children`, the link table's own label in
+        // case two lines lead to one table).
+        let mut through: Vec<(usize, String)> = Vec::new();
         for link in &table.children {
             // `cols`: this table's referenced columns; `other_cols`: the child's foreign key.
             let Some(key) = link
@@ -324,8 +324,11 @@ fn gather(
             let child = relation::table(link.other)?;
             if opts.template >= 2 {
                 if let Some(far_link) = far_link(table, &child, link, opts) {
-                    let line = through_link(&child, link, far_link, &key, opts, window, seen)?;
-                    through.extend(line.map(|c| (c, link.label.clone())));
+                    if let Some(c) = through_link(&child, link, far_link, &key, opts, window, seen)?
+                    {
+                        through.push((row.children.len(), link.label.clone()));
+                        row.children.push(c);
+                    }
                     continue;
                 }
             }
@@ -392,17 +395,11 @@ fn gather(
             });
         }
         // A far table reached by two link tables (or also a child table): tell the lines apart.
-        for (i, (c, via)) in through.iter().enumerate() {
-            let twice = row.children.iter().any(|o| o.label == c.label)
-                || through
-                    .iter()
-                    .enumerate()
-                    .any(|(j, (o, _))| j != i && o.label == c.label);
-            let mut c = c.clone();
-            if twice {
-                c.label = format!("{} (via {via})", c.label);
+        let labels: Vec<String> = row.children.iter().map(|c| c.label.clone()).collect();
+        for (i, via) in through {
+            if labels.iter().filter(|l| **l == labels[i]).count() > 1 {
+                row.children[i].label = format!("{} (via {via})", labels[i]);
             }
-            row.children.push(c);
         }
     }
     Ok(row)
@@ -504,8 +501,10 @@ fn through_link(
     if total == 0 {
         return Ok(None);
     }
-    // The link row's keys both ways are what the line is made of: leave them out.
+    // The link row's foreign keys both ways are what the line is made of: leave them out. Its
+    // other columns are its own, primary key or not (`role` in a key (film_id, person_id, role)).
     let mut link_opts = opts.clone();
+    link_opts.keys = true;
     link_opts.exclude.extend(
         link.other_cols
             .iter()

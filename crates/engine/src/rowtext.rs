@@ -70,6 +70,14 @@ pub const TEMPLATE_VERSION: i32 = 2;
 /// Every template version [`row_text`] knows, oldest first.
 pub const TEMPLATE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=2;
 
+/// [`TEMPLATE_VERSIONS`] for a message: `1, 2`.
+pub fn version_list() -> String {
+    TEMPLATE_VERSIONS
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One column of a row: its name, its value as PostgreSQL's `row_to_json` writes it, and
 /// whether it is a date or timestamp (formatted as such).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -770,6 +778,7 @@ mod tests {
         assert_eq!(render(&named, 2), "table: film\ntitle: Alien\nlength: 117");
         assert!(TEMPLATE_VERSIONS.contains(&1) && TEMPLATE_VERSIONS.contains(&TEMPLATE_VERSION));
         assert!(!TEMPLATE_VERSIONS.contains(&3));
+        assert_eq!(version_list(), "1, 2");
     }
 
     /// With the default model's real tokenizer: a long column is cut to its fair share, the
