@@ -414,14 +414,18 @@ fn named(opts: &RowOptions, column: &str) -> bool {
 
 /// When `child` (a child table of `table` by `link`) is a link table, its one other foreign key:
 /// the link to the far table whose rows it links `table`'s rows to. `None` when it has no other
-/// foreign key or several (then it is an ordinary child table), or when the options leave that
-/// foreign key out (`exclude => '{child.column}'`).
+/// foreign key or several, or is `table` itself (a self-reference: `employee.reports_to` lists
+/// the employee's reports, not their departments); then it is an ordinary child table. Also
+/// `None` when the options leave that foreign key out (`exclude => '{child.column}'`).
 fn far_link<'a>(
     table: &Table,
     child: &'a Table,
     link: &Link,
     opts: &RowOptions,
 ) -> Option<&'a Link> {
+    if child.oid == table.oid {
+        return None;
+    }
     let mut others = child
         .parents
         .iter()

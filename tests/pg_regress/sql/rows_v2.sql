@@ -80,6 +80,13 @@ SELECT tributary_row_text(p, children => 1, include => '{name}') FROM cinema.per
 -- Leaving out the link's foreign key to the far table makes it an ordinary child table.
 SELECT tributary_row_text(p, children => 5, exclude => '{film_person.film_id}') FROM cinema.person p WHERE person_id = 4;
 
+-- A self-referencing table with one other foreign key is not a link table to that table: an
+-- employee's reports are employees.
+CREATE TABLE cinema.crew (crew_id int PRIMARY KEY, name text, boss_id int REFERENCES cinema.crew,
+                          studio_id int REFERENCES cinema.studio);
+INSERT INTO cinema.crew VALUES (1, 'Gordon Carroll', NULL, 1), (2, 'Ivor Powell', 1, 1), (3, 'Nobody', 3, 1);
+SELECT tributary_row_text(c, children => 5, parents => 1) FROM cinema.crew c ORDER BY crew_id;
+
 -- 4. Time: the link table's time column orders the rows (most recent first) and, with as_of,
 -- hides later links.
 SELECT tributary_row_text(f, include => '{title}', children => 2, time_columns => '{added}') FROM cinema.film f WHERE film_id = 1;
