@@ -7,6 +7,11 @@
 //! the role may not SELECT are left out: context never shows what the role could not read.
 //! A row is never part of its own context, and each context row is shown at most once. Tables
 //! are described by [`crate::pg::relation`] (cached for the transaction).
+//!
+//! Template version 2 (the default) differs in what is gathered in two ways: fields get
+//! [`Field::wordless`] from their column's type (the layout leaves them out), and a child table
+//! that links the row to one other table is read joined with that table ([`through_link`]).
+//! Version 1 gathers exactly what it always did.
 
 use std::collections::HashSet;
 
@@ -106,7 +111,7 @@ fn select(
     if list.is_empty() {
         return None;
     }
-    let mut conds = vec!["true".to_owned()];
+    let mut conds = Vec::new();
     for (c, v) in cols.iter().zip(values) {
         args.push(v.clone().into());
         let ty = &table.column(c).expect("readable checked it").sql_type;
@@ -133,6 +138,9 @@ fn select(
     if let (Some(t), Some(as_of)) = (table.time_column(&opts.time_columns), opts.as_of) {
         args.push(as_of.into());
         conds.push(format!("{} <= ${}", quote_identifier(&t.name), args.len()));
+    }
+    if conds.is_empty() {
+        conds.push("true".to_owned()); // a far table's rows: all of them (joined by the caller)
     }
     Some(format!(
         "SELECT {} FROM {} WHERE {}",
