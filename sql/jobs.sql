@@ -70,9 +70,11 @@ CREATE TABLE tributary._jobs (
     chunk_tokens   integer,
     chunk_overlap  integer,
     -- Whole rows: the row template version the texts are made with (tributary_row_text). Kept
-    -- for the job's life, so that its embeddings stay comparable when the default changes; jobs
-    -- made before 0.6.0 have 1. Last, so that an updated installation has the same row type.
-    template       integer NOT NULL DEFAULT 2 CHECK (template >= 1)
+    -- for the job's life, so that its embeddings stay comparable when the default changes.
+    -- tributary._job_create always sets it (2 unless told); the default, 1, is for rows that
+    -- come without it: jobs made before 0.6.0, by the update or from an older dump (pg_restore
+    -- names the dump's columns). Last, so that an updated installation has the same row type.
+    template       integer NOT NULL DEFAULT 1 CHECK (template >= 1)
 );
 
 -- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
