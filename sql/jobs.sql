@@ -68,7 +68,13 @@ CREATE TABLE tributary._jobs (
     chunk_source   regclass,
     chunk_function regprocedure,
     chunk_tokens   integer,
-    chunk_overlap  integer
+    chunk_overlap  integer,
+    -- Whole rows: the row template version the texts are made with (tributary_row_text). Kept
+    -- for the job's life, so that its embeddings stay comparable when the default changes.
+    -- tributary._job_create always sets it (2 unless told); the default, 1, is for rows that
+    -- come without it: jobs made before 0.6.0, by the update or from an older dump (pg_restore
+    -- names the dump's columns). Last, so that an updated installation has the same row type.
+    template       integer NOT NULL DEFAULT 1 CHECK (template >= 1)
 );
 
 -- One row per key that failed. status: waiting (retried at next_attempt_at), queued (back in the
@@ -283,6 +289,7 @@ DECLARE
     children     integer := coalesce((a->>'children')::integer, 0);
     time_columns text[] := (SELECT array_agg(x) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(a->'time_columns') = 'array' THEN a->'time_columns' END) x);
     prompt       text := a->>'prompt';
+    template     integer := coalesce((a->>'template')::integer, 2);
     whole     boolean := columns = '{*}';
     owner     oid;      -- the source's owner: the job acts as this role, whoever makes it
     m         tributary.models;
@@ -341,6 +348,11 @@ BEGIN
     END IF;
     IF parents < 0 OR children < 0 THEN
         RAISE EXCEPTION 'parents and children must be 0 or more' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The versions src/service/rows.rs knows (crates/engine/src/rowtext.rs TEMPLATE_VERSIONS).
+    IF template NOT BETWEEN 1 AND 2 THEN
+        RAISE EXCEPTION 'row template version % does not exist', template USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Versions 1, 2 exist (see the README, "Rows as text").';
     END IF;
     -- Only the table's owner (or a member of it) makes jobs on it: a job adds triggers to it and
     -- writes every row. The job acts as the table's owner, never as the caller.
@@ -467,13 +479,13 @@ BEGIN
     END IF;
 
     INSERT INTO tributary._jobs (id, name, source, columns, target_table, target, target_type, model, prompt, batch_size,
-        mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql)
+        mode, workers, row_options, owner, queue, claim_sql, claim_keys_sql, select_sql, write_sql, requeue_sql, template)
     VALUES (id, coalesce(name, CASE WHEN EXISTS (SELECT 1 FROM tributary._jobs x WHERE x.owner = owner AND x.name = format('%s.%s', src, target))
                                 THEN format('%s.%s (job %s)', src, target, id) ELSE format('%s.%s', src, target) END), source, columns, nullif(tgt, source), target, tgt_type,
         m.name, prompt, batch_size, mode, workers,
         CASE WHEN whole THEN jsonb_build_object('exclude', coalesce(exclude, '{}'), 'parents', parents,
              'children', children, 'time_columns', coalesce(time_columns, '{}')) END,
-        owner, q::regclass, '', '', '', '', '');
+        owner, q::regclass, '', '', '', '', '', template);
     SELECT * INTO jr FROM tributary._jobs x WHERE x.id = id;
     jr := tributary._job_build(jr);
     UPDATE tributary._jobs x SET claim_sql = jr.claim_sql, claim_keys_sql = jr.claim_keys_sql, select_sql = jr.select_sql,
@@ -1074,8 +1086,10 @@ REVOKE ALL ON FUNCTION tributary._own_job(oid, bigint, boolean), tributary._job_
 -- own commands do).
 
 -- tributary_job_create(source, columns [, target, model, mode, target_table, batch_size, workers,
--- name, exclude, parents, children, time_columns, prompt]) -> job id. See the README (Jobs).
+-- name, exclude, parents, children, time_columns, prompt, template]) -> job id. See the README (Jobs).
 -- prompt: the model's prompt to embed with (NULL: its default prompt); 42704 if it has none such.
+-- template: whole rows' row template version (NULL: 2, the default), kept for the job's life;
+-- 22023 if no such version.
 CREATE FUNCTION tributary_job_create(
     source       regclass,
     columns      text[],
@@ -1090,14 +1104,15 @@ CREATE FUNCTION tributary_job_create(
     parents      integer DEFAULT 0,
     children     integer DEFAULT 0,
         time_columns text[] DEFAULT NULL,
-    prompt       text DEFAULT NULL
+    prompt       text DEFAULT NULL,
+    template     integer DEFAULT 2
 ) RETURNS bigint
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT tributary._job_call('create', jsonb_build_object(
         'source', source::oid, 'columns', columns, 'target', target, 'model', model, 'mode', mode,
         'target_table', target_table, 'batch_size', batch_size, 'workers', workers, 'name', name,
                 'exclude', exclude, 'parents', parents, 'children', children, 'time_columns', time_columns,
-        'prompt', prompt))
+        'prompt', prompt, 'template', template))
 $$;
 
 CREATE FUNCTION tributary_job_pause(job bigint) RETURNS void

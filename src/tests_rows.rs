@@ -46,16 +46,16 @@ fn huge_values_give_a_short_text_and_small_rows_the_same_text() {
     // same text as through row_to_json.
     for id in [1, 2] {
         let text = text_of(&format!(
-            "SELECT tributary_row_text(d) FROM huge_doc d WHERE id = {id}"
+            "SELECT tributary_row_text(d, template => 1) FROM huge_doc d WHERE id = {id}"
         ));
         assert_eq!(text, text_by_row_to_json("huge_doc", id), "row {id}");
     }
     assert_eq!(
-        text_of("SELECT tributary_row_text(d) FROM huge_doc d WHERE id = 1"),
+        text_of("SELECT tributary_row_text(d, template => 1) FROM huge_doc d WHERE id = 1"),
         "table: huge_doc\ntitle: A title\nbody: {\"k\":[1,2,3],\"s\":\"short\"}\nnotes: a note\ntags: x, y"
     );
     // A 23 MB jsonb value and a 24 MB text: a short text, each value cut, the rest whole.
-    let big = text_of("SELECT tributary_row_text(d) FROM huge_doc d WHERE id = 3");
+    let big = text_of("SELECT tributary_row_text(d, template => 1) FROM huge_doc d WHERE id = 3");
     assert!(big.len() < 2000, "{} bytes", big.len());
     assert!(big.starts_with("table: huge_doc\ntitle: Big\nbody: [1, 2, 3, "), "{big}");
     let lines: Vec<&str> = big.lines().collect();
@@ -64,11 +64,11 @@ fn huge_values_give_a_short_text_and_small_rows_the_same_text() {
     assert_eq!(lines[4], "tags: n");
     // The same as a parent's child row (read through SPI), and in an anonymous record.
     let parent = text_of(
-        "SELECT tributary_row_text(a, children => 3) FROM huge_author a WHERE id = 1",
+        "SELECT tributary_row_text(a, children => 3, template => 1) FROM huge_author a WHERE id = 1",
     );
     assert!(parent.len() < 2000, "{} bytes", parent.len());
     assert!(parent.contains("huge_doc (3 of 3): title: Big, body: [1, 2, 3, "), "{parent}");
-    let record = text_of("SELECT tributary_row_text(ROW(repeat('é', 5000000), 7))");
+    let record = text_of("SELECT tributary_row_text(ROW(repeat('é', 5000000), 7), template => 1)");
     // One 5-million-character word is a single token ([UNK]) to WordPiece, so the window does
     // not cut it: what bounds it is the oversized cut (16 kB for 256 tokens).
     assert!(record.len() < 17_000 && record.ends_with("\nf2: 7"), "{} bytes", record.len());
@@ -83,7 +83,7 @@ fn huge_values_give_a_short_text_and_small_rows_the_same_text() {
     )
     .unwrap();
     for id in [4, 5] {
-        let text = text_of(&format!("SELECT tributary_row_text(d) FROM huge_doc d WHERE id = {id}"));
+        let text = text_of(&format!("SELECT tributary_row_text(d, template => 1) FROM huge_doc d WHERE id = {id}"));
         let full = text_of(&format!("SELECT body::text FROM huge_doc WHERE id = {id}"));
         let shown = text
             .lines()
@@ -94,7 +94,7 @@ fn huge_values_give_a_short_text_and_small_rows_the_same_text() {
     }
     // The embedding of such a row works too, and is that of its text.
     let same = Spi::get_one::<bool>(
-        "SELECT tributary_embed(d) = tributary_embed(tributary_row_text(d)) FROM huge_doc d WHERE id = 3",
+        "SELECT tributary_embed(d, template => 1) = tributary_embed(tributary_row_text(d, template => 1)) FROM huge_doc d WHERE id = 3",
     )
     .unwrap();
     assert_eq!(same, Some(true));

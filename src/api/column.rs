@@ -2,6 +2,7 @@
 
 use pgrx::prelude::*;
 
+use crate::engine::rowtext::{self, TEMPLATE_VERSIONS};
 use crate::pg::error::{raise, OrRaise, Result, TributaryError};
 use crate::pg::name::Name;
 use crate::pg::regclass::RegClass;
@@ -24,9 +25,11 @@ use crate::service::rows::RowOptions;
 /// leaves the table unchanged.
 ///
 /// With `columns => '{*}'` the text of a row is the whole row as `tributary_row_text` writes it
-/// (template version 1): `exclude`, `parents`, `children`, `time_columns` and `as_of` work as
-/// there (the target and other vector columns are never part of it), and every row whose target
-/// is NULL is embedded. These options are an error (22023) with a column list.
+/// under row template version `template` (default 2; 1: the text of tributary 0.5 and before):
+/// `exclude`, `parents`, `children`, `time_columns`, `as_of` and `template` work as there (the
+/// target and other vector columns are never part of it), and every row whose target is NULL is
+/// embedded. These options other than `template` are an error (22023) with a column list, and
+/// `template` is not used there.
 ///
 /// `prompt` names the model's prompt to embed with (`passage`, ...; NULL: its default prompt).
 /// The model and prompt are recorded for the column (`tributary.column_models`, when the caller
@@ -35,17 +38,18 @@ use crate::service::rows::RowOptions;
 /// the window are truncated and counted: one WARNING with the count (`tributary.truncation =
 /// warning`, the default), none (`truncate`), or 22001 at the first (`error`).
 ///
-/// Errors, all before any work: 22004 NULL `tbl`, `columns`, `target`, `batch_size`, `parents`
-/// or `children`, or a NULL element of `columns`, `exclude` or `time_columns`; 42P01 no
+/// Errors, all before any work: 22004 NULL `tbl`, `columns`, `target`, `batch_size`, `parents`,
+/// `children` or `template`, or a NULL element of `columns`, `exclude` or `time_columns`; 42P01 no
 /// relation has `tbl`'s OID (a dropped table); 42501 the caller may read no column of `tbl`;
 /// 42704 unknown prompt; 22023 column filled by another model;
+/// 22023 unknown row template version (whole rows);
 /// 42809 not an ordinary or partitioned table (a view, materialized
 /// view or foreign table); 22023 bad batch_size or empty columns; 42703 unknown column;
 /// 42804 target not vector/halfvec; 22000 target dimension differs from the model's; 42704
 /// unknown model. Privileges are the caller's (SELECT on the columns, UPDATE on the target).
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "tributary_embed_column", volatile, parallel_unsafe)]
-pub(crate) fn tributary_embed_column_0_3(
+pub(crate) fn tributary_embed_column_0_6(
     tbl: Option<RegClass>,
     columns: Option<Vec<Option<String>>>,
     target: Option<Name>,
@@ -57,6 +61,7 @@ pub(crate) fn tributary_embed_column_0_3(
     time_columns: default!(Option<Vec<Option<String>>>, "NULL"),
     as_of: default!(Option<pgrx::datum::TimestampWithTimeZone>, "NULL"),
     prompt: default!(Option<&str>, "NULL"),
+    template: default!(Option<i32>, 2),
 ) -> i64 {
     let (Some(tbl), Some(columns), Some(target)) = (tbl, columns, target) else {
         raise(TributaryError::NullArgument("tbl, columns and target"));
@@ -70,9 +75,11 @@ pub(crate) fn tributary_embed_column_0_3(
         .map(|t| no_nulls(t, "an element of time_columns"))
         .transpose()
         .or_raise();
-    let (Some(batch_size), Some(parents), Some(children)) = (batch_size, parents, children) else {
+    let (Some(batch_size), Some(parents), Some(children), Some(template)) =
+        (batch_size, parents, children, template)
+    else {
         raise(TributaryError::NullArgument(
-            "batch_size, parents and children",
+            "batch_size, parents, children and template",
         ));
     };
     if parents < 0 || children < 0 {
@@ -89,7 +96,7 @@ pub(crate) fn tributary_embed_column_0_3(
         children,
         time_columns: time_columns.unwrap_or_default(),
         as_of,
-        template: crate::engine::rowtext::TEMPLATE_VERSION,
+        template,
         ..Default::default()
     };
     let whole_row = columns.len() == 1 && columns[0] == "*";
@@ -104,6 +111,15 @@ pub(crate) fn tributary_embed_column_0_3(
             message: "exclude, parents, children, time_columns and as_of apply to whole rows only"
                 .into(),
             hint: Some("Pass columns => '{*}' to embed whole rows.".into()),
+        });
+    }
+    if whole_row && !TEMPLATE_VERSIONS.contains(&template) {
+        raise(TributaryError::InvalidArgument {
+            message: format!("row template version {template} does not exist"),
+            hint: Some(format!(
+                "Versions {} exist (see the README, \"Rows as text\").",
+                rowtext::version_list()
+            )),
         });
     }
     if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {

@@ -2,8 +2,8 @@
 //! arguments and results, so that a database whose extension is still at an older version keeps
 //! working with this library (between installing it and `ALTER EXTENSION tributary UPDATE`, or
 //! for as long as the database stays there). No SQL is generated for them: 0.3.0 names the
-//! `*_0_3` functions beside each. Each calls the current function with the new arguments'
-//! defaults (no prompt, no prompts).
+//! `*_0_3` functions beside each (0.6.0: `tributary_embed_column_0_6`). Each calls the current
+//! function with the new arguments' defaults (no prompt, no prompts; row template version 1).
 
 use pgrx::prelude::*;
 
@@ -43,7 +43,7 @@ fn tributary_embed_column(
     time_columns: Option<Vec<Option<String>>>,
     as_of: Option<pgrx::datum::TimestampWithTimeZone>,
 ) -> i64 {
-    super::column::tributary_embed_column_0_3(
+    tributary_embed_column_0_3(
         tbl,
         columns,
         target,
@@ -55,6 +55,40 @@ fn tributary_embed_column(
         time_columns,
         as_of,
         None,
+    )
+}
+
+/// 0.3.0 to 0.5.0's `tributary_embed_column(tbl, columns, target, model, batch_size, exclude,
+/// parents, children, time_columns, as_of, prompt)`: whole rows with row template version 1, the
+/// only one then (and what those versions' `tributary_row_text` gives by default).
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(sql = false, volatile, parallel_unsafe)]
+fn tributary_embed_column_0_3(
+    tbl: Option<RegClass>,
+    columns: Option<Vec<Option<String>>>,
+    target: Option<Name>,
+    model: Option<&str>,
+    batch_size: Option<i32>,
+    exclude: Option<Vec<Option<String>>>,
+    parents: Option<i32>,
+    children: Option<i32>,
+    time_columns: Option<Vec<Option<String>>>,
+    as_of: Option<pgrx::datum::TimestampWithTimeZone>,
+    prompt: Option<&str>,
+) -> i64 {
+    super::column::tributary_embed_column_0_6(
+        tbl,
+        columns,
+        target,
+        model,
+        batch_size,
+        exclude,
+        parents,
+        children,
+        time_columns,
+        as_of,
+        prompt,
+        Some(1),
     )
 }
 

@@ -47,7 +47,10 @@ fn options(
 
 /// `tributary_row_text(row record [, include text[], exclude text[], parents int, children int,
 /// time_columns text[], as_of timestamptz, keys bool, max_tokens int, model text, template int])
-/// → text`: the text `tributary_embed(record)` embeds for `row`. Template version 1:
+/// → text`: the text `tributary_embed(record)` embeds for `row`, under row template version
+/// `template` (default 2; 1 and 2 exist, and 1 gives exactly the text it always gave).
+///
+/// Template version 1:
 /// `table: <name>`, then `column: value` lines in column order (NULL and empty values skipped,
 /// key columns skipped unless `keys`, vector/halfvec/sparsevec/bytea/tsvector columns never, also
 /// through domains and arrays), then parents' columns prefixed by their path
@@ -61,12 +64,26 @@ fn options(
 /// 64 bytes per token, as text, so a huge value costs bounded memory and time. Context is read
 /// as the current role: row-level security and column privileges apply.
 ///
+/// Template version 2 (crates/engine/src/rowtext.rs) is version 1 with two changes. Columns of
+/// types that carry no language (int2/4/8, float4/8, numeric, money, date, time, timestamp,
+/// timestamptz, interval, boolean, uuid, also through domains and arrays; for an anonymous record,
+/// JSON numbers and booleans) are left out at every level, unless named in `include`: under mean
+/// pooling they dilute the words that say what the row is. And with `children`, a child table
+/// that references one other table besides this row's (a link table, as
+/// `film_person(film_id, person_id, role)`) shows the rows it links to: `person (2 of 3): name:
+/// Ann Lee, role: director; ...`, labelled with the far table's name (`person (via film_person)`
+/// when two lines would share it), the far row's columns then the link row's own, at most
+/// `children` rows and the count of all, read in one query as the current role (a far row it
+/// cannot see is neither shown nor counted; a far table whose key it cannot read gives no line),
+/// ordered and cut by the link table's time column and `as_of` (the far table's time column is
+/// also compared with `as_of`), never the row itself.
+///
 /// NULL `row` gives NULL (whatever the options); NULL `include`, `exclude`, `time_columns`, `as_of`, `max_tokens` are
 /// "not given", NULL `model` the default model (`tributary.model`).
 ///
 /// Errors: 22004 NULL `parents`, `children`, `keys` or `template`, or a NULL element in
 /// `include`, `exclude` or `time_columns`; 22023 bad options (negative `parents`/`children`,
-/// `max_tokens` < 1) or unknown template version; 42703 `include`/`exclude` names a column the
+/// `max_tokens` < 1) or unknown template version (not 1 or 2); 42703 `include`/`exclude` names a column the
 /// table does not have; 42704 unknown model.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(stable, parallel_unsafe)]
@@ -81,7 +98,7 @@ fn tributary_row_text(
     keys: default!(Option<bool>, false),
     max_tokens: default!(Option<i32>, "NULL"),
     model: default!(Option<&str>, "NULL"),
-    template: default!(Option<i32>, 1),
+    template: default!(Option<i32>, 2),
 ) -> Option<String> {
     let row = row?;
     let opts = options(
@@ -102,8 +119,8 @@ fn tributary_row_text(
 /// `tributary_embed(row record [, model text, include text[], exclude text[], parents int,
 /// children int, time_columns text[], as_of timestamptz, keys bool, template int]) → vector`: the
 /// embedding (`[dim]` f32, unit L2 norm; dim 384 for all-MiniLM-L6-v2) of
-/// `tributary_row_text(row, ...)` with the same options. NULL row gives NULL; NULL options as in
-/// `tributary_row_text`.
+/// `tributary_row_text(row, ...)` with the same options (`template` default 2). NULL row gives
+/// NULL; NULL options as in `tributary_row_text`.
 ///
 /// Errors: as `tributary_row_text` (22004, 22023, 42703, 42704) and `tributary_embed(text)`.
 #[allow(clippy::too_many_arguments)]
@@ -118,7 +135,7 @@ fn tributary_embed_row(
     time_columns: default!(Option<Vec<Option<String>>>, "NULL"),
     as_of: default!(Option<TimestampWithTimeZone>, "NULL"),
     keys: default!(Option<bool>, false),
-    template: default!(Option<i32>, 1),
+    template: default!(Option<i32>, 2),
 ) -> Option<Vector> {
     let row = row?;
     let opts = options(
@@ -136,8 +153,9 @@ fn tributary_embed_row(
     Some(record_embedding(row, &opts, model).or_raise())
 }
 
-/// `tributary_row_template_version() → integer`: the row template version `tributary_row_text`
-/// uses by default (1).
+/// `tributary_row_template_version() → integer`: the row template version `tributary_row_text`,
+/// `tributary_embed(record)`, `tributary_embed_column(..., '{*}')` and new whole-row jobs use
+/// by default (2).
 #[pg_extern(immutable, parallel_safe)]
 fn tributary_row_template_version() -> i32 {
     TEMPLATE_VERSION

@@ -21,6 +21,10 @@ pub struct Column {
     pub timestamp: bool,
     /// vector, halfvec, sparsevec, bytea, tsvector: never part of the text.
     pub opaque: bool,
+    /// Numbers, dates, times, timestamps, intervals, booleans, uuids (type categories N, D, T, B
+    /// and uuid, also through domains and arrays): no language, left out by row template 2
+    /// ([`crate::engine::rowtext::Field::wordless`]).
+    pub wordless: bool,
     /// The caller may SELECT it.
     pub readable: bool,
 }
@@ -164,11 +168,12 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
         let sql_name: String = head.get(2).map_err(spi_error)?.unwrap_or_default();
         let mut columns = Vec::new();
         // A column's type seen through domains and arrays (`u`: the type, its base types and
-        // element types): a domain over bytea or a vector[] is opaque, a timestamp[] is dates.
+        // element types): a domain over bytea or a vector[] is opaque, a timestamp[] is dates,
+        // an int[] wordless.
         for r in client
             .select(
                 "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), u.dates, u.opaque, \
-                        has_column_privilege(a.attrelid, a.attnum, 'SELECT') \
+                        has_column_privilege(a.attrelid, a.attnum, 'SELECT'), u.wordless \
                  FROM pg_catalog.pg_attribute a CROSS JOIN LATERAL ( \
                    WITH RECURSIVE u(oid) AS ( \
                      SELECT a.atttypid \
@@ -176,7 +181,9 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
                        CROSS JOIN LATERAL (VALUES (t.typbasetype), (CASE WHEN t.typcategory = 'A' THEN t.typelem END)) x(oid) \
                       WHERE x.oid <> 0) \
                    SELECT bool_or(t.typcategory = 'D') AS dates, \
-                          bool_or(t.typname::text IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector')) AS opaque \
+                          bool_or(t.typname::text IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector')) AS opaque, \
+                          bool_or(t.typcategory IN ('N', 'D', 'T', 'B') \
+                                  OR t.oid = 'pg_catalog.uuid'::pg_catalog.regtype) AS wordless \
                      FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid) u \
                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
                 None,
@@ -190,6 +197,7 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
                 timestamp: r.get(3).map_err(spi_error)?.unwrap_or(false),
                 opaque: r.get(4).map_err(spi_error)?.unwrap_or(false),
                 readable: r.get(5).map_err(spi_error)?.unwrap_or(false),
+                wordless: r.get(6).map_err(spi_error)?.unwrap_or(false),
             });
         }
         let primary_key: Vec<String> = client

@@ -7,6 +7,11 @@
 //! the role may not SELECT are left out: context never shows what the role could not read.
 //! A row is never part of its own context, and each context row is shown at most once. Tables
 //! are described by [`crate::pg::relation`] (cached for the transaction).
+//!
+//! Template version 2 (the default) differs in what is gathered in two ways: fields get
+//! [`Field::wordless`] from their column's type (the layout leaves them out), and a child table
+//! that links the row to one other table is read joined with that table ([`through_link`]).
+//! Version 1 gathers exactly what it always did.
 
 use std::collections::HashSet;
 
@@ -15,11 +20,11 @@ use pgrx::prelude::*;
 use pgrx::spi::quote_identifier;
 use serde_json::{Map, Value};
 
-use crate::engine::rowtext::{self, Children, Field, Row, TEMPLATE_VERSION};
+use crate::engine::rowtext::{self, Children, Field, Row, TEMPLATE_VERSIONS};
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{spi_error, Result, TributaryError};
 use crate::pg::record;
-use crate::pg::relation::{self, Table};
+use crate::pg::relation::{self, Link, Table};
 use crate::pg::vector::Vector;
 use crate::service::embed::embed_one;
 
@@ -44,6 +49,7 @@ pub(crate) struct RowOptions {
     pub keys: bool,
     /// Token budget for the whole text (`None`: the model's max length).
     pub max_tokens: Option<i32>,
+    /// Row template version ([`TEMPLATE_VERSIONS`]); 0 from `Default` is no version (22023).
     pub template: i32,
 }
 
@@ -55,10 +61,13 @@ impl RowOptions {
                 hint: hint.map(str::to_owned),
             })
         };
-        if self.template != TEMPLATE_VERSION {
+        if !TEMPLATE_VERSIONS.contains(&self.template) {
             return bad(
                 format!("row template version {} does not exist", self.template),
-                Some("Version 1 is the only version so far (see the README, \"Rows as text\")."),
+                Some(&format!(
+                    "Versions {} exist (see the README, \"Rows as text\").",
+                    rowtext::version_list()
+                )),
             );
         }
         if self.parents < 0 || self.children < 0 {
@@ -78,16 +87,18 @@ impl RowOptions {
 }
 
 /// `SELECT <readable columns> FROM <table> WHERE <cols> = <values> [AND ROW(<not cols>) IS
-/// DISTINCT FROM ROW(<not values>) ...] [AND <time> <= as_of]` and its arguments, or `None` if
-/// the caller may read nothing, or not the key columns. `not`: rows to leave out, by a key
-/// (the caller must be able to read its columns, or the query cannot leave them out).
+/// DISTINCT FROM ROW(<not values>) ...] [AND <time> <= as_of]`, its arguments pushed onto
+/// `args` (numbered after those already there), or `None` (and `args` untouched) if the caller
+/// may read nothing, or not the key columns. `not`: rows to leave out, by a key (the caller
+/// must be able to read its columns, or the query cannot leave them out).
 fn select(
     table: &Table,
     cols: &[String],
     values: &[String],
     not: &[(&[String], &[String])],
     opts: &RowOptions,
-) -> Option<(String, Vec<DatumWithOid<'static>>)> {
+    args: &mut Vec<DatumWithOid<'static>>,
+) -> Option<String> {
     if !table.readable(cols) || not.iter().any(|(c, _)| !table.readable(c)) {
         return None;
     }
@@ -100,7 +111,6 @@ fn select(
     if list.is_empty() {
         return None;
     }
-    let mut args: Vec<DatumWithOid> = Vec::new();
     let mut conds = Vec::new();
     for (c, v) in cols.iter().zip(values) {
         args.push(v.clone().into());
@@ -129,14 +139,14 @@ fn select(
         args.push(as_of.into());
         conds.push(format!("{} <= ${}", quote_identifier(&t.name), args.len()));
     }
-    Some((
-        format!(
-            "SELECT {} FROM {} WHERE {}",
-            list.join(", "),
-            table.sql_name,
-            conds.join(" AND ")
-        ),
-        args,
+    if conds.is_empty() {
+        conds.push("true".to_owned()); // a far table's rows: all of them (joined by the caller)
+    }
+    Some(format!(
+        "SELECT {} FROM {} WHERE {}",
+        list.join(", "),
+        table.sql_name,
+        conds.join(" AND ")
     ))
 }
 
@@ -174,35 +184,41 @@ pub(crate) fn row_values(json: &str) -> Result<Map<String, Value>> {
     })
 }
 
-/// A name for the subquery of `table`'s rows that none of its columns has: a bare column name
-/// would be taken before the subquery's whole row.
-fn row_alias(table: &Table) -> String {
-    (0..)
+/// `N` records' values (column name to value) and a count, a result row of [`json_rows`].
+type Records<const N: usize> = ([Map<String, Value>; N], i64);
+
+/// `N` distinct names for subqueries of `tables`' rows that none of their columns has: a bare
+/// column name would be taken before the subquery's whole row.
+fn row_aliases<const N: usize>(tables: [&Table; N]) -> [String; N] {
+    let mut free = (0..)
         .map(|i| format!("r{i}"))
-        .find(|a| table.column(a).is_none())
-        .expect("a table has finitely many columns")
+        .filter(|a| tables.iter().all(|t| t.column(a).is_none()));
+    std::array::from_fn(|_| free.next().expect("tables have finitely many columns"))
 }
 
-/// Runs `sql`, whose first column is a whole row and second a count, and returns each row's
-/// values ([`record::record_values`]: values too long for a text of `window` tokens read only
-/// in part) and its count.
-fn json_rows(
+/// Runs `sql`, whose first `N` columns are whole rows and the next a count, and returns each
+/// result row's records' values ([`record::record_values`]: values too long for a text of
+/// `window` tokens read only in part) and its count. A result row with a NULL record is skipped.
+fn json_rows<const N: usize>(
     sql: &str,
     args: &[DatumWithOid],
     window: usize,
-) -> Result<Vec<(Map<String, Value>, i64)>> {
+) -> Result<Vec<Records<N>>> {
     Spi::connect(|client| {
         let mut out = Vec::new();
         let mut table = client.select(sql, None, args).map_err(spi_error)?;
-        while table.next().is_some() {
-            let count: i64 = table.get(2).ok().flatten().unwrap_or(1);
-            let Some(datum) = table.get_datum_by_ordinal(1).map_err(spi_error)? else {
-                continue;
-            };
-            // SAFETY: column 1 is a whole-row value (a composite datum) of the SPI result, which
-            // lives until the connection closes, after this loop.
-            let (_, values) = unsafe { record::record_values(datum, window)? };
-            out.push((values, count));
+        'rows: while table.next().is_some() {
+            let count: i64 = table.get(N + 1).ok().flatten().unwrap_or(1);
+            let mut records: [Map<String, Value>; N] = std::array::from_fn(|_| Map::new());
+            for (i, record) in records.iter_mut().enumerate() {
+                let Some(datum) = table.get_datum_by_ordinal(i + 1).map_err(spi_error)? else {
+                    continue 'rows;
+                };
+                // SAFETY: columns 1..=N are whole-row values (composite datums) of the SPI
+                // result, which lives until the connection closes, after this loop.
+                *record = unsafe { record::record_values(datum, window)? }.1;
+            }
+            out.push((records, count));
         }
         Ok(out)
     })
@@ -254,6 +270,7 @@ fn gather(
                 name: c.name.clone(),
                 value: v.clone(),
                 timestamp: c.timestamp,
+                wordless: c.wordless && !(root && named(opts, &c.name)),
             })
         })
         .collect();
@@ -280,13 +297,14 @@ fn gather(
                 continue; // the row itself (a self-reference, a cycle), or a row already shown
             }
             let parent = relation::table(link.other)?;
-            let Some((select, args)) = select(&parent, &link.other_cols, &reached.2, &[], opts)
+            let mut args = Vec::new();
+            let Some(select) = select(&parent, &link.other_cols, &reached.2, &[], opts, &mut args)
             else {
                 continue;
             };
-            let p = row_alias(&parent);
+            let [p] = row_aliases([&parent]);
             let sql = format!("SELECT {p}, 1::bigint FROM ({select} LIMIT 1) {p}");
-            if let Some((map, _)) = json_rows(&sql, &args, window)?.into_iter().next() {
+            if let Some(([map], _)) = json_rows(&sql, &args, window)?.into_iter().next() {
                 // Reached by another key than the one it was shown under: compare every key.
                 if !mark_shown(&parent, &map, seen) {
                     continue;
@@ -298,6 +316,9 @@ fn gather(
         }
     }
     if root && opts.children > 0 {
+        // Which lines are link tables' (index in `row.children`, the link table's own label in
+        // case two lines lead to one table).
+        let mut through: Vec<(usize, String)> = Vec::new();
         for link in &table.children {
             // `cols`: this table's referenced columns; `other_cols`: the child's foreign key.
             let Some(key) = link
@@ -309,6 +330,16 @@ fn gather(
                 continue;
             };
             let child = relation::table(link.other)?;
+            if opts.template >= 2 {
+                if let Some(far_link) = far_link(table, &child, link, opts) {
+                    if let Some(c) = through_link(&child, link, far_link, &key, opts, window, seen)?
+                    {
+                        through.push((row.children.len(), link.label.clone()));
+                        row.children.push(c);
+                    }
+                    continue;
+                }
+            }
             // Rows already shown (the row itself for a self-reference, parents in a cycle) are
             // not children again: leave them out by their keys the caller can read. The row
             // itself is known by `link.cols` (unique, its values are `key`); if those cannot be
@@ -321,10 +352,11 @@ fn gather(
                 .filter(|(oid, cols, _)| *oid == child.oid && child.readable(cols))
                 .map(|(_, cols, values)| (cols.as_slice(), values.as_slice()))
                 .collect();
-            let Some((select, args)) = select(&child, &link.other_cols, &key, &not, opts) else {
+            let mut args = Vec::new();
+            let Some(select) = select(&child, &link.other_cols, &key, &not, opts, &mut args) else {
                 continue;
             };
-            let c = row_alias(&child);
+            let [c] = row_aliases([&child]);
             let mut order: Vec<String> = Vec::new();
             if let Some(t) = child.time_column(&opts.time_columns) {
                 order.push(format!("{c}.{} DESC NULLS LAST", quote_identifier(&t.name)));
@@ -346,7 +378,7 @@ fn gather(
                 "SELECT {c}, count(*) OVER ()::bigint FROM ({select}) {c}{order} LIMIT {}",
                 opts.children
             );
-            let found = json_rows(&sql, &args, window)?;
+            let found = json_rows::<1>(&sql, &args, window)?;
             let total = found.first().map_or(0, |(_, n)| *n);
             if total == 0 {
                 continue;
@@ -360,7 +392,7 @@ fn gather(
             );
             let rows = found
                 .iter()
-                .map(|(map, _)| {
+                .map(|([map], _)| {
                     gather(&child, map, &child_opts, 0, false, window, seen).map(|r| r.fields)
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -370,8 +402,140 @@ fn gather(
                 rows,
             });
         }
+        // A far table reached by two link tables (or also a child table): tell the lines apart.
+        let labels: Vec<String> = row.children.iter().map(|c| c.label.clone()).collect();
+        for (i, via) in through {
+            if labels.iter().filter(|l| **l == labels[i]).count() > 1 {
+                row.children[i].label = format!("{} (via {via})", labels[i]);
+            }
+        }
     }
     Ok(row)
+}
+
+/// Whether `column` of the row itself is named in `include` (so shown whatever its type).
+fn named(opts: &RowOptions, column: &str) -> bool {
+    opts.include
+        .as_ref()
+        .is_some_and(|i| i.iter().any(|c| c == column))
+}
+
+/// When `child` (a child table of `table` by `link`) is a link table, its one other foreign key:
+/// the link to the far table whose rows it links `table`'s rows to. `None` when it has no other
+/// foreign key or several, or is `table` itself (a self-reference: `employee.reports_to` lists
+/// the employee's reports, not their departments); then it is an ordinary child table. Also
+/// `None` when the options leave that foreign key out (`exclude => '{child.column}'`).
+fn far_link<'a>(
+    table: &Table,
+    child: &'a Table,
+    link: &Link,
+    opts: &RowOptions,
+) -> Option<&'a Link> {
+    if child.oid == table.oid {
+        return None;
+    }
+    let mut others = child
+        .parents
+        .iter()
+        .filter(|l| !(l.other == table.oid && l.cols == link.other_cols));
+    let far = others.next()?;
+    if others.next().is_some() || far.cols.iter().any(|c| excluded(child, c, opts, false)) {
+        return None;
+    }
+    Some(far)
+}
+
+/// Template 2's line for link table `child` (a child of the row by `link`, whose key values are
+/// `key`): the far rows it links the row to (by `far_link`), each with the link row's own
+/// columns after the far row's, at most `opts.children` of them, and how many there are. One
+/// query joining the link and far tables, each read as the caller (a far row the caller cannot
+/// see is neither shown nor counted; `None` when the caller cannot read the far table's or the
+/// link's key columns). Rows already shown (the row itself) are not far rows; the first of
+/// `time_columns` each table has is compared with `as_of`, the link table's orders the rows.
+fn through_link(
+    child: &Table,
+    link: &Link,
+    far_link: &Link,
+    key: &[String],
+    opts: &RowOptions,
+    window: usize,
+    seen: &Seen,
+) -> Result<Option<Children>> {
+    let far = relation::table(far_link.other)?;
+    if !child.readable(&far_link.cols) || !far.readable(&far_link.other_cols) {
+        return Ok(None);
+    }
+    let not: Vec<(&[String], &[String])> = seen
+        .iter()
+        .filter(|(oid, cols, _)| *oid == far.oid && far.readable(cols))
+        .map(|(_, cols, values)| (cols.as_slice(), values.as_slice()))
+        .collect();
+    let mut args = Vec::new();
+    let Some(link_select) = select(child, &link.other_cols, key, &[], opts, &mut args) else {
+        return Ok(None);
+    };
+    let Some(far_select) = select(&far, &[], &[], &not, opts, &mut args) else {
+        return Ok(None);
+    };
+    let [l, f] = row_aliases([child, &far]);
+    let on: Vec<String> = far_link
+        .cols
+        .iter()
+        .zip(&far_link.other_cols)
+        .map(|(a, b)| format!("{l}.{} = {f}.{}", quote_identifier(a), quote_identifier(b)))
+        .collect();
+    let mut order: Vec<String> = Vec::new();
+    if let Some(t) = child.time_column(&opts.time_columns) {
+        order.push(format!("{l}.{} DESC NULLS LAST", quote_identifier(&t.name)));
+    }
+    for (t, a) in [(child, &l), (&*far, &f)] {
+        if t.readable(&t.primary_key) {
+            order.extend(
+                t.primary_key
+                    .iter()
+                    .map(|k| format!("{a}.{} DESC", quote_identifier(k))),
+            );
+        }
+    }
+    let order = if order.is_empty() {
+        String::new()
+    } else {
+        format!(" ORDER BY {}", order.join(", "))
+    };
+    let sql = format!(
+        "SELECT {l}, {f}, count(*) OVER ()::bigint FROM ({link_select}) {l} \
+         JOIN ({far_select}) {f} ON {}{order} LIMIT {}",
+        on.join(" AND "),
+        opts.children
+    );
+    let found = json_rows::<2>(&sql, &args, window)?;
+    let total = found.first().map_or(0, |(_, n)| *n);
+    if total == 0 {
+        return Ok(None);
+    }
+    // The link row's foreign keys both ways are what the line is made of: leave them out. Its
+    // other columns are its own, primary key or not (`role` in a key (film_id, person_id, role)).
+    let mut link_opts = opts.clone();
+    link_opts.keys = true;
+    link_opts.exclude.extend(
+        link.other_cols
+            .iter()
+            .chain(&far_link.cols)
+            .map(|c| format!("{}.{c}", child.name)),
+    );
+    let mut rows = Vec::new();
+    for ([link_row, far_row], _) in &found {
+        // Far and link rows are context: they never add to `seen`.
+        let mut none = Seen::new();
+        let mut fields = gather(&far, far_row, opts, 0, false, window, &mut none)?.fields;
+        fields.extend(gather(child, link_row, &link_opts, 0, false, window, &mut none)?.fields);
+        rows.push(fields);
+    }
+    Ok(Some(Children {
+        label: far.name.clone(),
+        total,
+        rows,
+    }))
 }
 
 /// The text of one row given as JSON (`row_to_json`) of table `oid` (`None`: an anonymous
@@ -434,13 +598,18 @@ pub(crate) fn row_text(
                     name: k.clone(),
                     value: v.clone(),
                     timestamp: false,
+                    // An anonymous record's types are not looked up: its JSON numbers and
+                    // booleans are what has no language (its dates are strings, kept).
+                    wordless: matches!(v, Value::Number(_) | Value::Bool(_)) && !named(opts, k),
                 })
                 .collect(),
             ..Default::default()
         },
     };
-    catalog::with_tokenizer(model, |t| rowtext::row_text(&row, t, window(opts, model)))?
-        .map_err(Into::into)
+    catalog::with_tokenizer(model, |t| {
+        rowtext::row_text(&row, opts.template, t, window(opts, model))
+    })?
+    .map_err(Into::into)
 }
 
 /// The tokens a row's text may take: `max_tokens`, else the model's max length.

@@ -57,18 +57,24 @@ fn names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
         .collect())
 }
 
-impl From<JobRowOptions> for RowOptions {
-    fn from(o: JobRowOptions) -> Self {
+impl JobRowOptions {
+    /// The options of a job whose texts are made with row template version `template`
+    /// (`tributary._jobs.template`).
+    fn with_template(self, template: i32) -> RowOptions {
         RowOptions {
-            exclude: o.exclude,
-            parents: o.parents,
-            children: o.children,
-            time_columns: o.time_columns,
-            template: crate::engine::rowtext::TEMPLATE_VERSION,
+            exclude: self.exclude,
+            parents: self.parents,
+            children: self.children,
+            time_columns: self.time_columns,
+            template,
             ..Default::default()
         }
     }
 }
+
+/// The row template of jobs whose `tributary._jobs` has no `template` column (the extension not
+/// yet updated to 0.6.0): the version every job made before then used.
+const TEMPLATE_BEFORE_0_6: i32 = 1;
 
 /// A pending or running job of this database, as the planner sees it.
 struct JobState {
@@ -192,7 +198,8 @@ fn load_job(id: i64) -> Option<Job> {
         let rows = c.update(
             &format!(
                 "SELECT name, source::oid, {owner_sql}, model, batch_size, target_type = 'halfvec', row_options::text, \
-                        claim_sql, claim_keys_sql, select_sql, write_sql, pg_catalog.to_jsonb(j) ->> 'prompt' \
+                        claim_sql, claim_keys_sql, select_sql, write_sql, pg_catalog.to_jsonb(j) ->> 'prompt', \
+                        (pg_catalog.to_jsonb(j) ->> 'template')::int4 \
                    FROM tributary._jobs j WHERE id = $1 AND state = 'running'"
             ),
             None,
@@ -200,9 +207,12 @@ fn load_job(id: i64) -> Option<Job> {
         )?;
         let mut job = None;
         for r in rows {
+            let template = r.get::<i32>(13)?.unwrap_or(TEMPLATE_BEFORE_0_6);
             let row_options = r.get::<String>(7)?.map(|s| {
                 // Written by sql/jobs.sql, so always of this shape; anything else reads as the defaults.
-                RowOptions::from(serde_json::from_str::<JobRowOptions>(&s).unwrap_or_default())
+                serde_json::from_str::<JobRowOptions>(&s)
+                    .unwrap_or_default()
+                    .with_template(template)
             });
             job = Some(Job {
                 id,

@@ -3,7 +3,7 @@
 //! row and its context ([`Row`]); this module decides the text. (Over 600 lines only by its
 //! tests: the code is about 450.)
 //!
-//! Template version 1 ([`TEMPLATE_VERSION`]), one item per line:
+//! Template version 1, one item per line:
 //!
 //! ```text
 //! table: track
@@ -25,6 +25,34 @@
 //! PostgreSQL, booleans `true`/`false`, timestamps `YYYY-MM-DD HH:MM:SS` (the time left out at
 //! midnight), arrays as `a, b, c`, json objects compact.
 //!
+//! Template version 2 ([`TEMPLATE_VERSION`], the default) is version 1 with two changes:
+//!
+//! ```text
+//! table: film
+//! title: Alien
+//! language.name: English
+//! person (2 of 3): name: Ridley Scott, role: director; name: Sigourney Weaver, role: actor
+//! ```
+//!
+//! - **Only columns that carry language.** Columns whose values are numbers (int2/4/8, float,
+//!   numeric, money), dates, times, timestamps, intervals, booleans or uuids ([`Field::wordless`])
+//!   are left out, at every level (the row, its parents, its children, link rows), unless the
+//!   caller named the column in `include`. Text-like columns (text, varchar, char, citext, name,
+//!   enums, arrays of those, json/jsonb) stay, in column order. Why: a sentence embedding is
+//!   the mean of its tokens' vectors (mean pooling), every token weighing the same, so tokens
+//!   that say nothing about what the row means (`claims: 14`, `date: 2019-03-05`) dilute those
+//!   that do. On real patents, the title alone predicted the CPC section at 0.760 accuracy and the
+//!   whole row under version 1 (title, type, grant date, number of claims, link rows) at 0.735.
+//! - **Context through link tables.** A child table that also references one other table (a
+//!   link table, e.g. `film_person(film_id -> film, person_id -> person, role)`) shows the rows
+//!   it links to instead of its own key columns: the line is labelled with the linked (far)
+//!   table's name and each shown row is the far row's columns, then the link row's own columns
+//!   (`role: director`). The caller gathers these rows ([`Children`], far columns first); the
+//!   layout is that of child rows.
+//!
+//! Version 1 stays selectable, with exactly its old text, so that stored embeddings can be
+//! reproduced ([`TEMPLATE_VERSIONS`]).
+//!
 //! When the text is longer than the token budget, only values are cut (labels stay), each to its
 //! max-min fair share of the budget ([`fair_shares`]): short values are kept whole and long ones
 //! are cut to the same length, so one long column cannot push the others out. A cut value ends
@@ -37,15 +65,37 @@ use super::tokenize::{cut, TextTokenizer, BYTES_PER_TOKEN};
 
 /// The layout described in this module's documentation. A different layout gets a new number;
 /// older numbers stay selectable so that stored embeddings can be reproduced.
-pub const TEMPLATE_VERSION: i32 = 1;
+pub const TEMPLATE_VERSION: i32 = 2;
+
+/// Every template version [`row_text`] knows, oldest first.
+pub const TEMPLATE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=2;
+
+/// [`TEMPLATE_VERSIONS`] for a message: `1, 2`.
+pub fn version_list() -> String {
+    TEMPLATE_VERSIONS
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// One column of a row: its name, its value as PostgreSQL's `row_to_json` writes it, and
 /// whether it is a date or timestamp (formatted as such).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Field {
     pub name: String,
     pub value: Value,
     pub timestamp: bool,
+    /// Its type carries no language (numbers, dates, times, timestamps, intervals, booleans,
+    /// uuids, also through domains and arrays) and the caller did not name it in `include`:
+    /// left out by template version 2, shown by version 1.
+    pub wordless: bool,
+}
+
+impl Field {
+    /// Whether the field is part of the text under `template`.
+    fn shown(&self, template: i32) -> bool {
+        template < 2 || !self.wordless
+    }
 }
 
 /// A row and its foreign-key context, as gathered by the caller.
@@ -309,9 +359,9 @@ fn to_utc(s: &str) -> Option<String> {
 }
 
 /// `name: value` pairs of `fields` with `between` between them; false if none had a value.
-fn fields_inline(layout: &mut Layout, fields: &[Field], between: &str) -> bool {
+fn fields_inline(layout: &mut Layout, fields: &[Field], between: &str, template: i32) -> bool {
     let mut first = true;
-    for f in fields {
+    for f in fields.iter().filter(|f| f.shown(template)) {
         if let Some(v) = format_value(&f.value, f.timestamp) {
             if !first {
                 layout.lit(between);
@@ -333,7 +383,7 @@ fn newline(layout: &mut Layout, first_line: &mut bool) {
     *first_line = false;
 }
 
-fn lay_out(row: &Row, prefix: &str, layout: &mut Layout, first_line: &mut bool) {
+fn lay_out(row: &Row, template: i32, prefix: &str, layout: &mut Layout, first_line: &mut bool) {
     if prefix.is_empty() {
         if let Some(t) = &row.table {
             newline(layout, first_line);
@@ -341,7 +391,7 @@ fn lay_out(row: &Row, prefix: &str, layout: &mut Layout, first_line: &mut bool) 
             layout.lit(t);
         }
     }
-    for f in &row.fields {
+    for f in row.fields.iter().filter(|f| f.shown(template)) {
         if let Some(v) = format_value(&f.value, f.timestamp) {
             newline(layout, first_line);
             layout.lit(prefix);
@@ -351,7 +401,13 @@ fn lay_out(row: &Row, prefix: &str, layout: &mut Layout, first_line: &mut bool) 
         }
     }
     for (label, parent) in &row.parents {
-        lay_out(parent, &format!("{prefix}{label}."), layout, first_line);
+        lay_out(
+            parent,
+            template,
+            &format!("{prefix}{label}."),
+            layout,
+            first_line,
+        );
     }
     for c in &row.children {
         newline(layout, first_line);
@@ -361,7 +417,7 @@ fn lay_out(row: &Row, prefix: &str, layout: &mut Layout, first_line: &mut bool) 
         for r in &c.rows {
             layout.lit(if first_row { ": " } else { "; " });
             first_row = false;
-            if !fields_inline(layout, r, ", ") {
+            if !fields_inline(layout, r, ", ", template) {
                 layout.lit("-");
             }
         }
@@ -386,15 +442,21 @@ pub fn fair_shares(lengths: &[usize], budget: usize) -> Vec<usize> {
     shares
 }
 
-/// The text of `row` under template version 1, at most `max_tokens` tokens of `tokenizer`
-/// (special tokens included) whenever its labels alone fit: when longer, values are cut to
-/// their [`fair_shares`] of what the labels leave. If even the labels do not fit, every value is
-/// cut to `…` and the tokenizer's truncation cuts the rest.
+/// The text of `row` under template version `template` (one of [`TEMPLATE_VERSIONS`]; the
+/// caller checks it, an unknown version is laid out as the nearest known one), at most
+/// `max_tokens` tokens of `tokenizer` (special tokens included) whenever its labels alone fit:
+/// when longer, values are cut to their [`fair_shares`] of what the labels leave. If even the
+/// labels do not fit, every value is cut to `…` and the tokenizer's truncation cuts the rest.
 ///
 /// Errors: [`super::Error::Tokenizer`] if the tokenizer fails.
-pub fn row_text(row: &Row, tokenizer: &TextTokenizer, max_tokens: usize) -> Result<String> {
+pub fn row_text(
+    row: &Row,
+    template: i32,
+    tokenizer: &TextTokenizer,
+    max_tokens: usize,
+) -> Result<String> {
     let mut layout = Layout::default();
-    lay_out(row, "", &mut layout, &mut true);
+    lay_out(row, template, "", &mut layout, &mut true);
     let full: Vec<&str> = layout.values.iter().map(String::as_str).collect();
     let text = layout.render(&full);
     let special = tokenizer.count_special();
@@ -484,7 +546,22 @@ mod tests {
             name: name.into(),
             value,
             timestamp: false,
+            wordless: false,
         }
+    }
+
+    fn wordless(name: &str, value: Value) -> Field {
+        Field {
+            wordless: true,
+            ..field(name, value)
+        }
+    }
+
+    fn render(row: &Row, template: i32) -> String {
+        let mut layout = Layout::default();
+        lay_out(row, template, "", &mut layout, &mut true);
+        let values: Vec<&str> = layout.values.iter().map(String::as_str).collect();
+        layout.render(&values)
     }
 
     #[test]
@@ -627,14 +704,81 @@ mod tests {
                 ],
             }],
         };
-        let mut layout = Layout::default();
-        lay_out(&row, "", &mut layout, &mut true);
-        let values: Vec<&str> = layout.values.iter().map(String::as_str).collect();
         assert_eq!(
-            layout.render(&values),
+            render(&row, 1),
             "table: track\nname: Balls to the Wall\nmilliseconds: 342562\nalbum.title: Balls to the Wall\n\
              album.artist.name: Accept\ninvoice_line (2 of 7): quantity: 1; -"
         );
+    }
+
+    /// Version 2 leaves out wordless fields at every level (version 1 keeps them, as it always
+    /// did) and lays out link rows (far columns, then the link row's) as child rows.
+    #[test]
+    fn layout_of_version_2() {
+        let language = Row {
+            table: Some("language".into()),
+            fields: vec![
+                field("name", json!("English")),
+                wordless("last_update", json!("2006-02-15T05:02:19")),
+            ],
+            ..Default::default()
+        };
+        let row = Row {
+            table: Some("film".into()),
+            fields: vec![
+                field("title", json!("Alien")),
+                wordless("length", json!(117)),
+                wordless("released", json!("1979-05-25")),
+                wordless("in_stock", json!(true)),
+                field("tags", json!(["space", "horror"])),
+            ],
+            parents: vec![("language".into(), language)],
+            children: vec![
+                Children {
+                    label: "person".into(),
+                    total: 3,
+                    rows: vec![
+                        vec![
+                            field("name", json!("Ridley Scott")),
+                            wordless("born", json!(1937)),
+                            field("role", json!("director")),
+                        ],
+                        vec![
+                            field("name", json!("Sigourney Weaver")),
+                            field("role", json!(null)),
+                        ],
+                    ],
+                },
+                Children {
+                    label: "rental".into(),
+                    total: 2,
+                    rows: vec![vec![wordless("amount", json!(2.99))]],
+                },
+            ],
+        };
+        assert_eq!(
+            render(&row, 2),
+            "table: film\ntitle: Alien\ntags: space, horror\nlanguage.name: English\n\
+             person (2 of 3): name: Ridley Scott, role: director; name: Sigourney Weaver\n\
+             rental (1 of 2): -"
+        );
+        assert_eq!(
+            render(&row, 1),
+            "table: film\ntitle: Alien\nlength: 117\nreleased: 1979-05-25\nin_stock: true\n\
+             tags: space, horror\nlanguage.name: English\nlanguage.last_update: 2006-02-15T05:02:19\n\
+             person (2 of 3): name: Ridley Scott, born: 1937, role: director; name: Sigourney Weaver\n\
+             rental (1 of 2): amount: 2.99"
+        );
+        // A field named in `include` is not wordless: the caller says so.
+        let named = Row {
+            table: Some("film".into()),
+            fields: vec![field("title", json!("Alien")), field("length", json!(117))],
+            ..Default::default()
+        };
+        assert_eq!(render(&named, 2), "table: film\ntitle: Alien\nlength: 117");
+        assert!(TEMPLATE_VERSIONS.contains(&1) && TEMPLATE_VERSIONS.contains(&TEMPLATE_VERSION));
+        assert!(!TEMPLATE_VERSIONS.contains(&3));
+        assert_eq!(version_list(), "1, 2");
     }
 
     /// With the default model's real tokenizer: a long column is cut to its fair share, the
@@ -655,7 +799,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = row_text(&row, &tok, 64).unwrap();
+        let text = row_text(&row, 1, &tok, 64).unwrap();
         let tokens = tok.encode(&[text.as_str()]).unwrap()[0].ids.len();
         assert!(tokens <= 64, "{tokens} tokens: {text}");
         assert!(
@@ -679,7 +823,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            row_text(&short, &tok, 64).unwrap(),
+            row_text(&short, 2, &tok, 64).unwrap(),
             "table: doc\ntitle: A short title"
         );
     }
@@ -716,8 +860,14 @@ mod tests {
             ..Default::default()
         };
         for max_tokens in [16, 64, 256] {
-            let whole = row_text(&row(&huge), &tok, max_tokens).unwrap();
-            let cut = row_text(&row(&oversized_text(&huge, max_tokens)), &tok, max_tokens).unwrap();
+            let whole = row_text(&row(&huge), 2, &tok, max_tokens).unwrap();
+            let cut = row_text(
+                &row(&oversized_text(&huge, max_tokens)),
+                2,
+                &tok,
+                max_tokens,
+            )
+            .unwrap();
             assert_eq!(whole, cut, "max_tokens {max_tokens}");
             assert!(whole.len() < 2000, "{}", whole.len());
         }

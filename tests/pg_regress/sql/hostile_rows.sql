@@ -13,9 +13,9 @@ CREATE TABLE hostile.kid (id int PRIMARY KEY, c text, t_id int REFERENCES hostil
 INSERT INTO hostile.mom VALUES (1, 'p one', 'Mom one'), (2, 'p two', 'Mom two');
 INSERT INTO hostile.t VALUES (1, 't one', 1), (2, 't two', 2);
 INSERT INTO hostile.kid VALUES (1, 'c one', 1), (2, 'c two', 2);
-SELECT tributary_row_text(r, parents => 1, children => 5) FROM hostile.t r ORDER BY id;
-SELECT tributary_row_text(k, parents => 2) FROM hostile.kid k ORDER BY id;
-SELECT count(DISTINCT tributary_embed(r, parents => 1, children => 5)::text) AS distinct_vectors FROM hostile.t r;
+SELECT tributary_row_text(r, parents => 1, children => 5, template => 1) FROM hostile.t r ORDER BY id;
+SELECT tributary_row_text(k, parents => 2, template => 1) FROM hostile.kid k ORDER BY id;
+SELECT count(DISTINCT tributary_embed(r, parents => 1, children => 5, template => 1)::text) AS distinct_vectors FROM hostile.t r;
 
 -- 2. json and jsonb nested deeper than 128 levels are kept (compact), in the row, a parent, a child.
 CREATE TABLE hostile.deep (id int PRIMARY KEY, doc jsonb, raw json, mom_id int REFERENCES hostile.mom);
@@ -26,13 +26,13 @@ CREATE TABLE hostile.deepkid (id int PRIMARY KEY, deep_id int REFERENCES hostile
 INSERT INTO hostile.deepkid VALUES (1, 1);
 SELECT id, position(repeat('[', 200) || '1' || repeat(']', 200) IN x) > 0 AS doc_whole,
        position('raw: {"a":' || repeat('[', 150) || '"x y"' || repeat(']', 150) || '}' IN x) > 0 AS raw_whole, length(x)
-FROM (SELECT id, tributary_row_text(d, max_tokens => 2000) AS x FROM hostile.deep d) s ORDER BY id;
-SELECT tributary_row_text(d) FROM hostile.deep d WHERE id = 2;
+FROM (SELECT id, tributary_row_text(d, max_tokens => 2000, template => 1) AS x FROM hostile.deep d) s ORDER BY id;
+SELECT tributary_row_text(d, template => 1) FROM hostile.deep d WHERE id = 2;
 SELECT position(repeat('[', 200) || '1' || repeat(']', 200) IN x) > 0 AS parent_doc_whole, length(x)
-FROM (SELECT tributary_row_text(k, parents => 1, max_tokens => 2000) AS x FROM hostile.deepkid k) s;
+FROM (SELECT tributary_row_text(k, parents => 1, max_tokens => 2000, template => 1) AS x FROM hostile.deepkid k) s;
 SELECT position('deep (1 of 1): doc: ' || repeat('[', 200) || '1' || repeat(']', 200) IN x) > 0 AS child_doc_whole
-FROM (SELECT tributary_row_text(m, children => 1, max_tokens => 2000) AS x FROM hostile.mom m WHERE id = 1) s;
-SELECT tributary_row_text(ROW(1, (repeat('{"a":', 300) || '1' || repeat('}', 300))::json), max_tokens => 20);
+FROM (SELECT tributary_row_text(m, children => 1, max_tokens => 2000, template => 1) AS x FROM hostile.mom m WHERE id = 1) s;
+SELECT tributary_row_text(ROW(1, (repeat('{"a":', 300) || '1' || repeat('}', 300))::json), max_tokens => 20, template => 1);
 
 -- 3. The context follows the current role, also when it changes inside a transaction, and a
 -- column privilege revoked in the transaction is seen at once. Row-level security hides rows.
@@ -51,27 +51,27 @@ ALTER TABLE hostile.note ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_a ON hostile.owner FOR SELECT TO hostile_reader USING (tenant = 'a');
 CREATE POLICY tenant_a ON hostile.note FOR SELECT TO hostile_reader USING (tenant = 'a');
 BEGIN;
-SELECT tributary_row_text(i, parents => 1, children => 5) FROM hostile.item i WHERE id = 1;
+SELECT tributary_row_text(i, parents => 1, children => 5, template => 1) FROM hostile.item i WHERE id = 1;
 SET LOCAL ROLE hostile_reader;
-SELECT tributary_row_text(i, parents => 1, children => 5) FROM hostile.item i ORDER BY id;
+SELECT tributary_row_text(i, parents => 1, children => 5, template => 1) FROM hostile.item i ORDER BY id;
 RESET ROLE;
-SELECT tributary_row_text(i, parents => 1, children => 5) FROM hostile.item i WHERE id = 1;
+SELECT tributary_row_text(i, parents => 1, children => 5, template => 1) FROM hostile.item i WHERE id = 1;
 REVOKE SELECT (name) ON hostile.owner FROM hostile_reader;
 SET LOCAL ROLE hostile_reader;
-SELECT tributary_row_text(i, parents => 1, children => 5) FROM hostile.item i WHERE id = 1;
+SELECT tributary_row_text(i, parents => 1, children => 5, template => 1) FROM hostile.item i WHERE id = 1;
 ROLLBACK;
 SET ROLE hostile_reader;
-SELECT tributary_row_text(i, parents => 1, children => 5) FROM hostile.item i ORDER BY id;
+SELECT tributary_row_text(i, parents => 1, children => 5, template => 1) FROM hostile.item i ORDER BY id;
 -- A row the reader makes up still gets only what the reader may see as its context.
-SELECT tributary_row_text(ROW(9, 'made up', 2)::hostile.item, parents => 1);
-SELECT expect_error($$SELECT tributary_row_text(o) FROM hostile.owner o$$);
+SELECT tributary_row_text(ROW(9, 'made up', 2)::hostile.item, parents => 1, template => 1);
+SELECT expect_error($$SELECT tributary_row_text(o, template => 1) FROM hostile.owner o$$);
 RESET ROLE;
 
 -- 4. A row is never in its own context: self-references (also through a unique key that is not
 -- the primary key, and in a table without a primary key) and cycles end, each row shown once.
 CREATE TABLE hostile.emp (id int PRIMARY KEY, name text, boss_id int REFERENCES hostile.emp);
 INSERT INTO hostile.emp VALUES (1, 'Own boss', 1), (2, 'Nancy', 1), (3, 'Jane', 2);
-SELECT tributary_row_text(e, parents => 5, children => 5) FROM hostile.emp e ORDER BY id;
+SELECT tributary_row_text(e, parents => 5, children => 5, template => 1) FROM hostile.emp e ORDER BY id;
 CREATE TABLE hostile.x (id int PRIMARY KEY, label text, y_id int);
 CREATE TABLE hostile.y (id int PRIMARY KEY, label text, z_id int);
 CREATE TABLE hostile.z (id int PRIMARY KEY, label text, x_id int REFERENCES hostile.x);
@@ -82,32 +82,32 @@ INSERT INTO hostile.y VALUES (1, 'y one', NULL);
 INSERT INTO hostile.z VALUES (1, 'z one', 1);
 UPDATE hostile.y SET z_id = 1;
 UPDATE hostile.x SET y_id = 1;
-SELECT tributary_row_text(x, parents => 10, children => 10) FROM hostile.x x;
-SELECT tributary_row_text(z, parents => 10, children => 10) FROM hostile.z z;
+SELECT tributary_row_text(x, parents => 10, children => 10, template => 1) FROM hostile.x x;
+SELECT tributary_row_text(z, parents => 10, children => 10, template => 1) FROM hostile.z z;
 CREATE TABLE hostile.node (id int PRIMARY KEY, code text UNIQUE, parent_code text REFERENCES hostile.node (code), label text);
 INSERT INTO hostile.node VALUES (1, 'A', NULL, 'node A'), (2, 'B', 'A', 'node B'), (3, 'C', 'C', 'node C');
 UPDATE hostile.node SET parent_code = 'B' WHERE id = 1;
-SELECT tributary_row_text(n, parents => 10, children => 10) FROM hostile.node n ORDER BY id;
+SELECT tributary_row_text(n, parents => 10, children => 10, template => 1) FROM hostile.node n ORDER BY id;
 CREATE TABLE hostile.nopk (code text UNIQUE, up text REFERENCES hostile.nopk (code), label text);
 INSERT INTO hostile.nopk VALUES ('A', NULL, 'nopk A'), ('B', 'A', 'nopk B'), ('C', 'C', 'nopk C');
 UPDATE hostile.nopk SET up = 'B' WHERE code = 'A';
-SELECT tributary_row_text(n, parents => 10, children => 10) FROM hostile.nopk n ORDER BY code;
+SELECT tributary_row_text(n, parents => 10, children => 10, template => 1) FROM hostile.nopk n ORDER BY code;
 
 -- 5. NULL arguments: 22004, never a syntax error or XX000; NULL row, NULL query: NULL out;
 -- NULL include/exclude/time_columns/as_of/max_tokens/model/group_by: not given.
-SELECT expect_error($$SELECT tributary_row_text(r, parents => NULL) FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_row_text(r, children => NULL) FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_row_text(r, keys => NULL) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_row_text(r, parents => NULL, template => 1) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_row_text(r, children => NULL, template => 1) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_row_text(r, keys => NULL, template => 1) FROM hostile.t r$$);
 SELECT expect_error($$SELECT tributary_row_text(r, template => NULL) FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_row_text(r, include => ARRAY['t', NULL]) FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_row_text(r, exclude => '{NULL}') FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_row_text(r, time_columns => '{NULL}') FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_embed(r, parents => NULL) FROM hostile.t r$$);
-SELECT expect_error($$SELECT tributary_embed(r, include => '{NULL}') FROM hostile.t r$$);
-SELECT tributary_row_text(r, include => NULL, exclude => NULL, time_columns => NULL, as_of => NULL, max_tokens => NULL, model => NULL)
+SELECT expect_error($$SELECT tributary_row_text(r, include => ARRAY['t', NULL], template => 1) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_row_text(r, exclude => '{NULL}', template => 1) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_row_text(r, time_columns => '{NULL}', template => 1) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_embed(r, parents => NULL, template => 1) FROM hostile.t r$$);
+SELECT expect_error($$SELECT tributary_embed(r, include => '{NULL}', template => 1) FROM hostile.t r$$);
+SELECT tributary_row_text(r, include => NULL, exclude => NULL, time_columns => NULL, as_of => NULL, max_tokens => NULL, model => NULL, template => 1)
 FROM hostile.t r WHERE id = 1;
 SELECT tributary_row_text(NULL::hostile.t, parents => NULL) IS NULL AS null_row,
-       tributary_embed(NULL::hostile.t, keys => NULL) IS NULL AS null_row_embed;
+       tributary_embed(NULL::hostile.t, keys => NULL, template => 1) IS NULL AS null_row_embed;
 -- Prediction on a table whose columns are named like the generated SQL's aliases.
 CREATE TABLE hostile.pred (t int PRIMARY KEY, l text, e vector(384), d int, key text, n text);
 INSERT INTO hostile.pred
@@ -155,17 +155,17 @@ END $$;
 GRANT SELECT ON hostile.typed, hostile.wide, hostile.deep, hostile.deepkid, hostile.mom TO hostile_reader;
 SET ROLE hostile_reader;
 SET TimeZone = 'America/New_York';
-SELECT tributary_row_text(t) FROM hostile.typed t;
+SELECT tributary_row_text(t, template => 1) FROM hostile.typed t;
 RESET TimeZone;
 -- 1,600 labels alone are more than 256 tokens: every value is cut to "…".
 SELECT split_part(x, E'\n', 1) AS first, split_part(x, E'\n', 2) AS second, split_part(x, E'\n', 1601) AS last,
        array_length(string_to_array(x, E'\n'), 1) AS lines
-FROM (SELECT tributary_row_text(w) AS x FROM hostile.wide w) s;
+FROM (SELECT tributary_row_text(w, template => 1) AS x FROM hostile.wide w) s;
 SELECT split_part(x, E'\n', 2) AS second, split_part(x, E'\n', 1601) AS last, length(x)
-FROM (SELECT tributary_row_text(w, max_tokens => 100000) AS x FROM hostile.wide w) s;
-SELECT vector_dims(tributary_embed(w)) FROM hostile.wide w;
+FROM (SELECT tributary_row_text(w, max_tokens => 100000, template => 1) AS x FROM hostile.wide w) s;
+SELECT vector_dims(tributary_embed(w, template => 1)) FROM hostile.wide w;
 SELECT position(repeat('[', 200) || '1' || repeat(']', 200) IN x) > 0 AS parent_doc_whole
-FROM (SELECT tributary_row_text(k, parents => 1, max_tokens => 2000) AS x FROM hostile.deepkid k) s;
+FROM (SELECT tributary_row_text(k, parents => 1, max_tokens => 2000, template => 1) AS x FROM hostile.deepkid k) s;
 RESET ROLE;
 
 SET client_min_messages = warning;

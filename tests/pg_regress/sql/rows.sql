@@ -24,65 +24,65 @@ INSERT INTO music.play VALUES (1, 100, '2024-01-01 10:00+00', 'ann'), (2, 100, '
                               (3, 100, '2024-03-01 10:00+00', 'cid'), (4, 200, '2024-01-15 10:00+00', 'ann');
 
 -- The row alone: table, typed values in column order, NULLs, empty values, keys and vectors left out.
-SELECT tributary_row_text(t) FROM music.track t WHERE track_id IN (100, 201) ORDER BY track_id;
+SELECT tributary_row_text(t, template => 1) FROM music.track t WHERE track_id IN (100, 201) ORDER BY track_id;
 SELECT tributary_row_template_version();
 -- Keys on request; include and exclude.
-SELECT tributary_row_text(t, keys => true, include => '{track_id,name,album_id}') FROM music.track t WHERE track_id = 100;
-SELECT tributary_row_text(t, exclude => '{genre,tags,info,added,milliseconds}') FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, keys => true, include => '{track_id,name,album_id}', template => 1) FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, exclude => '{genre,tags,info,added,milliseconds}', template => 1) FROM music.track t WHERE track_id = 100;
 -- Parents: one level, two levels (the album's artist), a NULL foreign key deeper down, none at all.
-SELECT tributary_row_text(t, parents => 1, include => '{name,album_id}') FROM music.track t WHERE track_id = 100;
-SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}') FROM music.track t WHERE track_id = 100;
-SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}') FROM music.track t WHERE track_id IN (300, 301) ORDER BY track_id;
+SELECT tributary_row_text(t, parents => 1, include => '{name,album_id}', template => 1) FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}', template => 1) FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}', template => 1) FROM music.track t WHERE track_id IN (300, 301) ORDER BY track_id;
 -- Excluding a foreign key column leaves out its parent too; table.column reaches into the context.
-SELECT tributary_row_text(t, parents => 2, include => '{name}') FROM music.track t WHERE track_id = 100;
-SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}', exclude => '{artist.name,album.released}') FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, parents => 2, include => '{name}', template => 1) FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}', exclude => '{artist.name,album.released}', template => 1) FROM music.track t WHERE track_id = 100;
 -- Children: most recent first by the time column, bounded, with the total; as_of hides later rows.
-SELECT tributary_row_text(t, children => 2, time_columns => '{played_at}', include => '{name}') FROM music.track t WHERE track_id = 100;
-SELECT tributary_row_text(t, children => 5, time_columns => '{played_at}', as_of => '2024-01-20 00:00+00', include => '{name}')
+SELECT tributary_row_text(t, children => 2, time_columns => '{played_at}', include => '{name}', template => 1) FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, children => 5, time_columns => '{played_at}', as_of => '2024-01-20 00:00+00', include => '{name}', template => 1)
 FROM music.track t WHERE track_id = 100;
 -- timestamptz values are written in UTC: the text does not depend on the session's TimeZone.
 SET TimeZone = 'Asia/Tokyo';
-SELECT tributary_row_text(t, children => 1, time_columns => '{played_at}', include => '{name}') FROM music.track t WHERE track_id = 100;
+SELECT tributary_row_text(t, children => 1, time_columns => '{played_at}', include => '{name}', template => 1) FROM music.track t WHERE track_id = 100;
 RESET TimeZone;
-SELECT tributary_row_text(a, children => 1, parents => 1) FROM music.album a WHERE album_id = 20;
+SELECT tributary_row_text(a, children => 1, parents => 1, template => 1) FROM music.album a WHERE album_id = 20;
 -- An anonymous record: no table, fields as they come.
-SELECT tributary_row_text(ROW(1, 'x', NULL::int, true));
+SELECT tributary_row_text(ROW(1, 'x', NULL::int, true), template => 1);
 SELECT tributary_row_text(NULL::music.track) IS NULL AS null_in_null_out;
 -- Long values are cut fairly: each long column gets the same share, short ones stay whole.
-SELECT tributary_row_text(ROW(repeat('alpha ', 300), 'short', repeat('beta ', 300)), max_tokens => 40);
-SELECT tributary_row_text(t, include => '{name,tags,genre}', max_tokens => 20) AS text,
-       cardinality(tributary_tokenize(tributary_row_text(t, include => '{name,tags,genre}', max_tokens => 20))) <= 20 AS fits
+SELECT tributary_row_text(ROW(repeat('alpha ', 300), 'short', repeat('beta ', 300)), max_tokens => 40, template => 1);
+SELECT tributary_row_text(t, include => '{name,tags,genre}', max_tokens => 20, template => 1) AS text,
+       cardinality(tributary_tokenize(tributary_row_text(t, include => '{name,tags,genre}', max_tokens => 20, template => 1))) <= 20 AS fits
 FROM music.track t WHERE track_id = 100;
 
 -- tributary_embed(record) embeds exactly that text.
-SELECT (tributary_embed(t, parents => 2) <=> tributary_embed(tributary_row_text(t, parents => 2))) < 1e-6 AS same
+SELECT (tributary_embed(t, parents => 2, template => 1) <=> tributary_embed(tributary_row_text(t, parents => 2, template => 1))) < 1e-6 AS same
 FROM music.track t WHERE track_id = 100;
-SELECT tributary_embed(NULL::music.track) IS NULL AS null_in_null_out;
+SELECT tributary_embed(NULL::music.track, template => 1) IS NULL AS null_in_null_out;
 
 -- Self-reference and a cycle of foreign keys: each row is shown once, depth is bounded.
 CREATE TABLE music.employee (id int PRIMARY KEY, name text, reports_to int REFERENCES music.employee);
 INSERT INTO music.employee VALUES (1, 'Andrew', NULL), (2, 'Nancy', 1), (3, 'Jane', 2);
-SELECT tributary_row_text(e, parents => 5, children => 5) FROM music.employee e WHERE id = 2;
+SELECT tributary_row_text(e, parents => 5, children => 5, template => 1) FROM music.employee e WHERE id = 2;
 CREATE TABLE music.a (id int PRIMARY KEY, label text, b_id int);
 CREATE TABLE music.b (id int PRIMARY KEY, label text, a_id int REFERENCES music.a);
 ALTER TABLE music.a ADD FOREIGN KEY (b_id) REFERENCES music.b;
 INSERT INTO music.a VALUES (1, 'a one', NULL);
 INSERT INTO music.b VALUES (1, 'b one', 1);
 UPDATE music.a SET b_id = 1;
-SELECT tributary_row_text(a, parents => 10) FROM music.a a;
+SELECT tributary_row_text(a, parents => 10, template => 1) FROM music.a a;
 -- A composite foreign key and a table without a primary key.
 CREATE TABLE music.edition (album_id int, no int, label text, PRIMARY KEY (album_id, no));
 CREATE TABLE music.pressing (album_id int, no int, plant text, FOREIGN KEY (album_id, no) REFERENCES music.edition);
 INSERT INTO music.edition VALUES (10, 1, 'first edition');
 INSERT INTO music.pressing VALUES (10, 1, 'Sydney'), (10, 1, 'Hamburg');
-SELECT tributary_row_text(p, parents => 1) FROM music.pressing p ORDER BY plant;
-SELECT tributary_row_text(e, children => 5) FROM music.edition e;
+SELECT tributary_row_text(p, parents => 1, template => 1) FROM music.pressing p ORDER BY plant;
+SELECT tributary_row_text(e, children => 5, template => 1) FROM music.edition e;
 
 -- Bad input.
-SELECT expect_error($$SELECT tributary_row_text(t, include => '{nope}') FROM music.track t LIMIT 1$$);
-SELECT expect_error($$SELECT tributary_row_text(t, template => 2) FROM music.track t LIMIT 1$$);
-SELECT expect_error($$SELECT tributary_row_text(t, parents => -1) FROM music.track t LIMIT 1$$);
-SELECT expect_error($$SELECT tributary_row_text(t, model => 'nope') FROM music.track t LIMIT 1$$);
+SELECT expect_error($$SELECT tributary_row_text(t, include => '{nope}', template => 1) FROM music.track t LIMIT 1$$);
+SELECT expect_error($$SELECT tributary_row_text(t, template => 3) FROM music.track t LIMIT 1$$);
+SELECT expect_error($$SELECT tributary_row_text(t, parents => -1, template => 1) FROM music.track t LIMIT 1$$);
+SELECT expect_error($$SELECT tributary_row_text(t, model => 'nope', template => 1) FROM music.track t LIMIT 1$$);
 
 -- Privileges: context never shows what the caller cannot SELECT (column privileges, row-level security).
 CREATE ROLE tributary_reader;
@@ -92,12 +92,12 @@ GRANT SELECT (album_id, title) ON music.album TO tributary_reader;   -- not "rel
 ALTER TABLE music.artist ENABLE ROW LEVEL SECURITY;
 CREATE POLICY only_acdc ON music.artist FOR SELECT USING (name = 'AC/DC');
 SET ROLE tributary_reader;
-SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}') FROM music.track t WHERE track_id IN (100, 200) ORDER BY track_id;
+SELECT tributary_row_text(t, parents => 2, include => '{name,album_id}', template => 1) FROM music.track t WHERE track_id IN (100, 200) ORDER BY track_id;
 RESET ROLE;
 
 -- Whole rows through tributary_embed_column (columns => '{*}'): the same text as tributary_row_text.
-SELECT tributary_embed_column('music.track', '{*}', 'embedding', parents => 2, exclude => '{genre}') AS embedded;
-SELECT count(*) FILTER (WHERE (embedding <=> tributary_embed(t, parents => 2, exclude => '{genre,embedding}')) < 1e-6) AS same,
+SELECT tributary_embed_column('music.track', '{*}', 'embedding', parents => 2, exclude => '{genre}', template => 1) AS embedded;
+SELECT count(*) FILTER (WHERE (embedding <=> tributary_embed(t, parents => 2, exclude => '{genre,embedding}', template => 1)) < 1e-6) AS same,
        count(*) AS total
 FROM music.track t;
 SELECT expect_error($$SELECT tributary_embed_column('music.track', '{name}', 'embedding', parents => 1)$$);
