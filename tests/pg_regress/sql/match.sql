@@ -113,7 +113,9 @@ SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}
 CREATE TABLE em.many AS SELECT i AS id, 'customer number ' || i || ' of the many' AS name FROM generate_series(1, 3000) i;
 ALTER TABLE em.many ADD PRIMARY KEY (id);
 SET statement_timeout = '200ms';
+\set VERBOSITY terse
 SELECT count(*) FROM tributary_match('em.many', 'em.many', '{name}');
+\set VERBOSITY default
 RESET statement_timeout;
 SELECT count(*) AS temp_tables_left FROM pg_class WHERE relname LIKE 'tributary_match%' AND relpersistence = 't';
 -- and the next call in the same session works.
