@@ -120,6 +120,9 @@ DECLARE
     near text;
     pair_order text;
     i int;
+    t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
+    t_embed float8;
+    t_cand float8;
 BEGIN
     IF left_table IS NULL OR right_table IS NULL OR columns IS NULL OR k IS NULL OR one_to_one IS NULL THEN
         RAISE EXCEPTION '% must not be NULL',
@@ -202,6 +205,7 @@ BEGIN
      WHERE emb[c.i] AND x.v[c.i] IS NOT NULL;
     PERFORM tributary_embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
 
+    t_embed := extract(epoch FROM clock_timestamp() - t0);
     -- 3. Candidates: k nearest each way, and the unrelated pairs that calibrate the evidence.
     CREATE TEMP TABLE tributary_match_c (lk text, rk text, kind "char", PRIMARY KEY (lk, rk, kind)) ON COMMIT DROP;
     PERFORM set_config('hnsw.ef_search', greatest(40, 2 * k)::text, true);
@@ -264,6 +268,7 @@ BEGIN
              ON CONFLICT DO NOTHING', pair_order, labels);
     END IF;
 
+    t_cand := extract(epoch FROM clock_timestamp() - t0) - t_embed;
     -- 4. Evidence per column: raw similarities, rescaled by the unrelated pairs, weighted.
     EXECUTE format(
         'CREATE TEMP TABLE tributary_match_f ON COMMIT DROP AS
@@ -329,8 +334,10 @@ BEGIN
         how := 'minimum-error cut of the best and second-best candidate scores';
     END IF;
     IF report THEN
-        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %), threshold % (%)',
-            n_left, n_right, (SELECT count(*) FROM pg_temp.tributary_match_s), k, round(thr::numeric, 4), how;
+        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %), threshold % (%); % s embedding, % s candidates, % s evidence',
+            n_left, n_right, (SELECT count(*) FROM pg_temp.tributary_match_s), k, round(thr::numeric, 4), how,
+            round(t_embed::numeric, 1), round(t_cand::numeric, 1),
+            round((extract(epoch FROM clock_timestamp() - t0) - t_embed - t_cand)::numeric, 1);
     END IF;
 
     -- 6. Accepted pairs: a pair is a row's best when no other candidate of that row scores
