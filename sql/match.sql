@@ -57,8 +57,10 @@ BEGIN
     RETURN format('ROW(%s)::text', (SELECT string_agg(format('%I.%s', alias, c), ', ') FROM unnest(cols) c));
 END $$;
 
--- `ARRAY[nullif(btrim(t.c1::text), ''), ...]`: the matched columns of `tbl` as text. 42703 an
--- unknown column, 22004 a NULL name.
+-- `ARRAY[nullif(btrim(left(t.c1::text, 2048)), ''), ...]`: the matched columns of `tbl` as text,
+-- each cut to its first 2,048 characters (more than the model's window of 256 tokens holds, so
+-- the embeddings are the same; a huge value is read only as far as that, for text columns stored
+-- uncompressed). 42703 an unknown column, 22004 a NULL name.
 CREATE FUNCTION tributary._match_values(tbl regclass, cols text[], alias text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -73,7 +75,7 @@ BEGIN
                         WHERE a.attrelid = tbl AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped) THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, tbl USING ERRCODE = '42703';
         END IF;
-        parts := parts || format('nullif(btrim(%I.%I::text), %L)', alias, c, '');
+        parts := parts || format('nullif(btrim(left(%I.%I::text, 2048)), %L)', alias, c, '');
     END LOOP;
     RETURN 'ARRAY[' || array_to_string(parts, ', ') || ']::text[]';
 END $$;
@@ -118,6 +120,7 @@ DECLARE
     old_iter text := current_setting('hnsw.iterative_scan', true);
     report boolean;
     near text;
+    fill_sql text;
     pair_order text;
     i int;
     t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
@@ -156,23 +159,20 @@ BEGIN
     report := current_setting('tributary.progress_interval') <> '0';
     EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], txt text, e %s.vector(%s))
                     ON COMMIT DROP', vec, dims);
-    EXECUTE format(
-        'INSERT INTO pg_temp.tributary_match_l
-         SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
-                            FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
-           FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x',
-        tributary._match_key(left_table, 't'), left_table, tributary._match_values(left_table, columns, 't'))
+    -- A side's rows: key, values, and the text `name: value; ...` under the left names.
+    fill_sql := 'INSERT INTO pg_temp.tributary_match_%s
+             SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
+                                FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
+               FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x';
+    EXECUTE format(fill_sql, 'l', tributary._match_key(left_table, 't'), left_table,
+                   tributary._match_values(left_table, columns, 't'))
       USING columns;
     IF self THEN
         CREATE TEMP VIEW tributary_match_r AS SELECT * FROM pg_temp.tributary_match_l;
     ELSE
-        EXECUTE format('CREATE TEMP TABLE tributary_match_r (LIKE pg_temp.tributary_match_l INCLUDING ALL) ON COMMIT DROP');
-        EXECUTE format(
-            'INSERT INTO pg_temp.tributary_match_r
-             SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
-                                FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
-               FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x',
-            tributary._match_key(right_table, 't'), right_table, tributary._match_values(right_table, rcols, 't'))
+        CREATE TEMP TABLE tributary_match_r (LIKE pg_temp.tributary_match_l INCLUDING ALL) ON COMMIT DROP;
+        EXECUTE format(fill_sql, 'r', tributary._match_key(right_table, 't'), right_table,
+                       tributary._match_values(right_table, rcols, 't'))
           USING columns;
     END IF;
     SELECT count(*) INTO n_left FROM pg_temp.tributary_match_l;

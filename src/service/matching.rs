@@ -15,14 +15,21 @@ pub const MAX_CHARS: usize = 128;
 /// most [`MAX_CHARS`] characters: `"O'Brien,  J."` → `"o brien j"`.
 fn normalise(s: &str) -> String {
     let mut out = String::with_capacity(s.len().min(MAX_CHARS * 4));
-    let mut gap = false;
+    let (mut gap, mut n) = (false, 0);
     for c in s.chars() {
+        if n >= MAX_CHARS {
+            break; // the rest of a huge value is never read
+        }
         if c.is_alphanumeric() {
             if gap && !out.is_empty() {
                 out.push(' ');
+                n += 1;
             }
             gap = false;
-            out.extend(c.to_lowercase());
+            for l in c.to_lowercase() {
+                out.push(l);
+                n += 1;
+            }
         } else {
             gap = true;
         }
