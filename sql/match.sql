@@ -18,12 +18,16 @@
 --    side with row i + n/2 of the other, both in md5(key) order: deterministic, and almost never
 --    a true pair). A column's evidence is the mean of its rescaled similarities.
 -- 4. Score without labels: the mean of the columns' evidence weighted by how rarely unrelated
---    rows agree on that column, w = ln(1 / u_agree), u_agree the share of the unrelated pairs
---    whose evidence is 0.9 or more (at least 1/2,000): agreeing on a state says little, on a
---    birth date or an id much more (the agreement weight of Fellegi and Sunter, "A theory for
---    record linkage", JASA 64(328), 1969, with m ≈ 1). With labels: a logistic regression
---    (tributary._logistic_fit, linfa-logistic) over each column's evidence and whether it is
---    present, learned from the labelled pairs; the score is its probability of a match.
+--    rows agree on that column and how often matches do: w = m ln(m / u) (0 when m <= u), u the
+--    share of the unrelated pairs whose evidence is 0.9 or more (at least 1/2,000), m that share
+--    among matches: agreeing on a state says little, on a birth date or an id much more, and a
+--    column that matches often disagree on (a price, a note) weighs less (the agreement weight of
+--    Fellegi and Sunter, "A theory for record linkage", JASA 64(328), 1969, weighted by how often
+--    it applies). m is first 1 (so w = ln(1 / u)); then, as one step of Fellegi and Sunter's
+--    estimation, it is read off the pairs those first scores accept (step 6), and every pair is
+--    scored again. With labels: a logistic regression (tributary._logistic_fit, linfa-logistic)
+--    over each column's evidence and whether it is present, learned from the labelled pairs; the
+--    score is its probability of a match.
 -- 5. Threshold: given, or with labels 0.5, or without labels read off the data: Kittler and
 --    Illingworth's minimum-error cut (tributary._match_threshold) of the distribution of every
 --    row's best and second-best candidate scores. The best of a row that has a partner and the
@@ -292,13 +296,27 @@ BEGIN
       FROM u WHERE u.i = f.i;
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
     IF labels IS NULL THEN
-        WITH w AS (SELECT f.i, ln(1 / greatest(avg((coalesce(f.es, 0) >= 0.9)::int), 1.0 / 2000)) AS w
-                     FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i)
-        INSERT INTO pg_temp.tributary_match_s
-        SELECT f.lk, f.rk, f.kind, sum(w.w * f.es) / nullif(sum(w.w) FILTER (WHERE f.es IS NOT NULL), 0)
-          FROM pg_temp.tributary_match_f f JOIN w ON w.i = f.i
-         WHERE f.kind = 'c'
-         GROUP BY f.lk, f.rk, f.kind;
+        -- u: how often unrelated pairs agree on a column (evidence 0.9 or more, at least 1/2,000);
+        -- m: how often matches do, 1 until it is estimated below.
+        CREATE TEMP TABLE tributary_match_w ON COMMIT DROP AS
+        SELECT f.i, greatest(avg((coalesce(f.es, 0) >= 0.9)::int), 1.0 / 2000)::float8 AS u, 1.0::float8 AS m
+          FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i;
+        PERFORM tributary._match_score();
+        IF threshold IS NULL THEN
+            -- One step of Fellegi and Sunter's estimation: m from the pairs the first scores
+            -- accept (mutual best, above their own threshold), then the scores again. A column
+            -- that matches often disagree on (a price, a free-text note) weighs less.
+            thr := tributary._match_auto_threshold(self);
+            UPDATE pg_temp.tributary_match_w w SET m = x.m
+              FROM (SELECT f.i, avg((f.es >= 0.9)::int)::float8 AS m
+                      FROM pg_temp.tributary_match_f f
+                      JOIN tributary._match_accepted(self, coalesce(thr, 0.5), true) a ON a.lk = f.lk AND a.rk = f.rk
+                     WHERE f.kind = 'c' AND f.es IS NOT NULL
+                     GROUP BY f.i HAVING count(*) >= 20) x
+             WHERE x.i = w.i;
+            TRUNCATE pg_temp.tributary_match_s;
+            PERFORM tributary._match_score();
+        END IF;
     ELSE
         -- Features per pair: each column's evidence (0 when missing) and whether it is present.
         SELECT tributary._logistic_fit(array_agg(x ORDER BY p.lk, p.rk, p.j), y.ys, 1.0)
@@ -325,11 +343,7 @@ BEGIN
     ELSIF labels IS NOT NULL THEN
         thr := 0.5; how := 'probability 0.5 (labels)';
     ELSE
-        SELECT tributary._match_threshold(array_agg(b.score), 'minimum_error') INTO thr
-          FROM (SELECT e.score, row_number() OVER (PARTITION BY e.key ORDER BY e.score DESC, e.other) AS rnk
-                  FROM (SELECT s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
-                        UNION ALL SELECT s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s WHERE self) e) b
-         WHERE b.rnk <= 2 AND b.score IS NOT NULL;
+        thr := tributary._match_auto_threshold(self);
         thr := coalesce(thr, 0.5);
         how := 'minimum-error cut of the best and second-best candidate scores';
     END IF;
@@ -340,23 +354,61 @@ BEGIN
             round((extract(epoch FROM clock_timestamp() - t0) - t_embed - t_cand)::numeric, 1);
     END IF;
 
-    -- 6. Accepted pairs: a pair is a row's best when no other candidate of that row scores
-    -- higher (ties: the smaller other key), for both of its rows.
+    -- 6. Accepted pairs.
+    RETURN QUERY SELECT a.lk, a.rk, a.score FROM tributary._match_accepted(self, thr, one_to_one) a ORDER BY 1, 2;
+
+    PERFORM tributary._match_drop();
+END $$;
+
+-- tributary_match's scores without labels, from its evidence (pg_temp.tributary_match_f) and
+-- column weights (pg_temp.tributary_match_w: u, m): the weighted mean of the columns' evidence
+-- that is present, each column weighing m ln(m / u) (its expected agreement weight over matches;
+-- ln(1 / u) while m = 1), 0 when m <= u. Fills pg_temp.tributary_match_s.
+CREATE FUNCTION tributary._match_score() RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    INSERT INTO pg_temp.tributary_match_s
+    SELECT f.lk, f.rk, f.kind, sum(w.w * f.es) / nullif(sum(w.w) FILTER (WHERE f.es IS NOT NULL), 0)
+      FROM pg_temp.tributary_match_f f
+      JOIN (SELECT x.i, CASE WHEN x.m > x.u THEN x.m * ln(x.m / x.u) ELSE 0 END AS w FROM pg_temp.tributary_match_w x) w ON w.i = f.i
+     WHERE f.kind = 'c'
+     GROUP BY f.lk, f.rk, f.kind;
+END $$;
+
+-- The threshold tributary_match reads off its scores (pg_temp.tributary_match_s) without labels:
+-- the minimum-error cut of every row's best and second-best candidate scores (in one table, a
+-- row's candidates are the pairs on either side of it). NULL with fewer than two distinct scores.
+CREATE FUNCTION tributary._match_auto_threshold(self boolean) RETURNS float8
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN (SELECT tributary._match_threshold(array_agg(b.score), 'minimum_error')
+              FROM (SELECT e.score, row_number() OVER (PARTITION BY e.key ORDER BY e.score DESC, e.other) AS rnk
+                      FROM (SELECT s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
+                            UNION ALL SELECT s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s WHERE self) e) b
+             WHERE b.rnk <= 2 AND b.score IS NOT NULL);
+END $$;
+
+-- The pairs of pg_temp.tributary_match_s scoring `thr` or more; with `one_to_one` only those that
+-- are the best of both their rows (no other candidate of either row scores higher; ties: the
+-- smaller other key). In one table a row's candidates are the pairs on either side of it.
+CREATE FUNCTION tributary._match_accepted(self boolean, thr float8, one_to_one boolean)
+RETURNS TABLE (lk text, rk text, score float8)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
     RETURN QUERY
     WITH ends AS (SELECT s.lk AS node, s.rk AS other, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s
                   UNION ALL
                   SELECT s.rk, s.lk, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s),
          ranked AS (SELECT e.lk, e.rk, e.score,
-                           row_number() OVER (PARTITION BY CASE WHEN self THEN true ELSE e.node = e.lk END, e.node ORDER BY e.score DESC, e.other) AS rnk
+                           row_number() OVER (PARTITION BY CASE WHEN self THEN true ELSE e.node = e.lk END, e.node
+                                              ORDER BY e.score DESC, e.other) AS rnk
                       FROM ends e WHERE e.score IS NOT NULL)
     SELECT r.lk, r.rk, min(r.score)
       FROM ranked r
      WHERE r.score >= thr
      GROUP BY r.lk, r.rk
-    HAVING NOT one_to_one OR max(r.rnk) = 1
-     ORDER BY 1, 2;
-
-    PERFORM tributary._match_drop();
+    HAVING NOT one_to_one OR max(r.rnk) = 1;
 END $$;
 
 -- Drops this session's temporary tables of tributary_match (prefix 'tributary_match_', with the
@@ -368,7 +420,7 @@ DECLARE
 BEGIN
     FOR r IN SELECT c.oid FROM pg_catalog.pg_class c
               WHERE c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relkind IN ('r', 'v')
-                AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'e', 'n']) x)
+                AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'w', 'e', 'n']) x)
               ORDER BY c.relkind DESC  -- the view over tributary_match_l first
     LOOP
         EXECUTE CASE WHEN (SELECT relkind FROM pg_catalog.pg_class WHERE oid = r) = 'v' THEN 'DROP VIEW ' ELSE 'DROP TABLE ' END || r;
