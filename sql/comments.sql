@@ -44,6 +44,9 @@ COMMENT ON FUNCTION tributary_dedup(regclass, text[], integer, double precision,
 COMMENT ON FUNCTION tributary._match_key(regclass, text) IS 'Internal (tributary_match): the text expression of a table''s primary key.';
 COMMENT ON FUNCTION tributary._match_values(regclass, text[], text) IS 'Internal (tributary_match): the matched columns of a table as a text[] expression.';
 COMMENT ON FUNCTION tributary._match_check_labels(regclass) IS 'Internal (tributary_match): checks that a labels table has left_key, right_key and is_match.';
+COMMENT ON FUNCTION tributary._match_score() IS 'Internal (tributary_match): scores candidate pairs without labels, the weighted mean of the columns'' evidence.';
+COMMENT ON FUNCTION tributary._match_auto_threshold(boolean) IS 'Internal (tributary_match): the minimum-error cut of every row''s best and second-best candidate scores.';
+COMMENT ON FUNCTION tributary._match_accepted(boolean, double precision, boolean) IS 'Internal (tributary_match): the candidate pairs at or above a threshold, mutual best ones only when one to one.';
 COMMENT ON FUNCTION tributary._match_drop(text) IS 'Internal (tributary_match, tributary_dedup): drops their temporary tables.';
 COMMENT ON FUNCTION tributary._string_similarity(text, text) IS 'Internal (tributary_match): similarity of two short values in [0, 1] (normalised Damerau-Levenshtein); NULL when either has no letter or digit.';
 COMMENT ON FUNCTION tributary._match_threshold(double precision[], text) IS 'Internal (tributary_match): a threshold between low and high scores without labels (minimum-error or Otsu).';
