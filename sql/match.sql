@@ -376,16 +376,30 @@ BEGIN
 END $$;
 
 -- The threshold tributary_match reads off its scores (pg_temp.tributary_match_s) without labels:
--- the minimum-error cut of every row's best and second-best candidate scores (in one table, a
--- row's candidates are the pairs on either side of it). NULL with fewer than two distinct scores.
+-- the minimum-error cut of every row's best and second-best candidate scores, but never above
+-- the 99th percentile of the second-best ones. A row's second-best candidate is its best
+-- non-match when it has a partner, which is what the best candidate of a row without a partner
+-- is, so at most about 1 in 100 rows without a partner has its best candidate above that cap
+-- (and it must then also be mutual best, with one_to_one). The cap matters when the matches'
+-- scores have a long lower tail, which a bell-shaped fit cuts inside of. In one table a row's
+-- candidates are the pairs on either side of it. NULL with fewer than two distinct scores.
 CREATE FUNCTION tributary._match_auto_threshold(self boolean) RETURNS float8
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    cut float8;
+    cap float8;
 BEGIN
-    RETURN (SELECT tributary._match_threshold(array_agg(b.score), 'minimum_error')
-              FROM (SELECT e.score, row_number() OVER (PARTITION BY e.key ORDER BY e.score DESC, e.other) AS rnk
-                      FROM (SELECT s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
-                            UNION ALL SELECT s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s WHERE self) e) b
-             WHERE b.rnk <= 2 AND b.score IS NOT NULL);
+    WITH ranked AS (
+        SELECT e.score, row_number() OVER (PARTITION BY e.side, e.key ORDER BY e.score DESC, e.other) AS rnk
+          FROM (SELECT 'l' AS side, s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
+                UNION ALL
+                SELECT CASE WHEN self THEN 'l' ELSE 'r' END, s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s) e
+         WHERE e.score IS NOT NULL)
+    SELECT tributary._match_threshold(array_agg(r.score) FILTER (WHERE r.rnk <= 2), 'minimum_error'),
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY r.score) FILTER (WHERE r.rnk = 2)
+      INTO cut, cap
+      FROM ranked r;
+    RETURN least(cut, cap);
 END $$;
 
 -- The pairs of pg_temp.tributary_match_s scoring `thr` or more; with `one_to_one` only those that
