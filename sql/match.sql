@@ -30,9 +30,10 @@
 --    score is its probability of a match.
 -- 5. Threshold: given, or with labels 0.5, or without labels read off the data: Kittler and
 --    Illingworth's minimum-error cut (tributary._match_threshold) of the distribution of every
---    row's best and second-best candidate scores. The best of a row that has a partner and the
---    second-best of every row are the two classes that cut separates; the second-best scores
---    make the lower class exist even when every row has a partner.
+--    row's best and second-best candidate scores, capped at the 99th percentile of the
+--    second-best ones (tributary._match_auto_threshold says why). The best of a row that has a
+--    partner and the second-best of every row are the two classes that cut separates; the
+--    second-best scores make the lower class exist even when every row has a partner.
 -- 6. Accepted pairs: with one_to_one, pairs that are each other's best candidate (mutual best)
 --    and score at or above the threshold; without, every candidate at or above it.
 -- Work lives in temporary tables (the TEMP privilege on the database is needed; not on a hot
@@ -345,7 +346,7 @@ BEGIN
     ELSE
         thr := tributary._match_auto_threshold(self);
         thr := coalesce(thr, 0.5);
-        how := 'minimum-error cut of the best and second-best candidate scores';
+        how := 'minimum-error cut of the best and second-best candidate scores, capped at the second-best''s 99th percentile';
     END IF;
     IF report THEN
         RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %), threshold % (%); % s embedding, % s candidates, % s evidence',
