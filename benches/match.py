@@ -316,12 +316,24 @@ def has_function(conn, name: str) -> bool:
     return conn.execute("SELECT to_regproc(%s) IS NOT NULL", (name,)).fetchone()[0]
 
 
+#: tributary_match's own NOTICE of the last call (candidate pairs, threshold, stage times).
+LAST_NOTICE: list[str] = []
+
+
+def on_notice(diag) -> None:
+    if (diag.message_primary or "").startswith("tributary_match:"):
+        LAST_NOTICE[:] = [diag.message_primary]
+
+
 def tributary_pairs(conn, sql: str, params=()) -> tuple[float, set, str | None]:
+    LAST_NOTICE.clear()
     t0 = time.perf_counter()
     try:
         rows = conn.execute(sql, params).fetchall()
     except psycopg.Error as e:
         return time.perf_counter() - t0, set(), f"error: {str(e).splitlines()[0]}"
+    if LAST_NOTICE:
+        print(f"  {LAST_NOTICE[0]}", flush=True)
     return time.perf_counter() - t0, {(str(r[0]), str(r[1])) for r in rows}, None
 
 
@@ -373,6 +385,7 @@ def main(argv=None) -> int:
     # tributary ----------------------------------------------------------------------------
     if not a.no_tributary:
         with psycopg.connect(a.dsn, autocommit=True) as conn:
+            conn.add_notice_handler(on_notice)
             if not a.skip_load:
                 load(conn, {"febrl4a": f4a, "febrl4b": f4b, "febrl3": f3}, labels)
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -380,7 +393,7 @@ def main(argv=None) -> int:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS tributary")
             except psycopg.Error as e:
                 print(f"CREATE EXTENSION tributary failed: {e}", file=sys.stderr)
-            conn.execute("SET tributary.progress_interval = 0") if conn.execute(
+            conn.execute("SET tributary.progress_interval = '1h'") if conn.execute(
                 "SELECT count(*) FROM pg_settings WHERE name = 'tributary.progress_interval'").fetchone()[0] else None
             cols = "ARRAY[" + ",".join(f"'{c}'" for c in COLUMNS) + "]"
             fewer = "ARRAY[" + ",".join(f"'{c}'" for c in FEWER) + "]"
