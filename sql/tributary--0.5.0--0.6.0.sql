@@ -814,7 +814,7 @@ BEGIN
                         WHERE a.attrelid = tbl AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped) THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, tbl USING ERRCODE = '42703';
         END IF;
-        parts := parts || format('nullif(btrim(%I.%I::text), %L)', alias, c, '');
+        parts := parts || format('nullif(btrim(left(%I.%I::text, 2048)), %L)', alias, c, '');
     END LOOP;
     RETURN 'ARRAY[' || array_to_string(parts, ', ') || ']::text[]';
 END $$;
@@ -843,8 +843,12 @@ DECLARE
     old_iter text := current_setting('hnsw.iterative_scan', true);
     report boolean;
     near text;
+    fill_sql text;
     pair_order text;
     i int;
+    t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
+    t_embed float8;
+    t_cand float8;
 BEGIN
     IF left_table IS NULL OR right_table IS NULL OR columns IS NULL OR k IS NULL OR one_to_one IS NULL THEN
         RAISE EXCEPTION '% must not be NULL',
@@ -878,23 +882,20 @@ BEGIN
     report := current_setting('tributary.progress_interval') <> '0';
     EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], txt text, e %s.vector(%s))
                     ON COMMIT DROP', vec, dims);
-    EXECUTE format(
-        'INSERT INTO pg_temp.tributary_match_l
-         SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
-                            FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
-           FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x',
-        tributary._match_key(left_table, 't'), left_table, tributary._match_values(left_table, columns, 't'))
+    -- A side's rows: key, values, and the text `name: value; ...` under the left names.
+    fill_sql := 'INSERT INTO pg_temp.tributary_match_%s
+             SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
+                                FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
+               FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x';
+    EXECUTE format(fill_sql, 'l', tributary._match_key(left_table, 't'), left_table,
+                   tributary._match_values(left_table, columns, 't'))
       USING columns;
     IF self THEN
         CREATE TEMP VIEW tributary_match_r AS SELECT * FROM pg_temp.tributary_match_l;
     ELSE
-        EXECUTE format('CREATE TEMP TABLE tributary_match_r (LIKE pg_temp.tributary_match_l INCLUDING ALL) ON COMMIT DROP');
-        EXECUTE format(
-            'INSERT INTO pg_temp.tributary_match_r
-             SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
-                                FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
-               FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x',
-            tributary._match_key(right_table, 't'), right_table, tributary._match_values(right_table, rcols, 't'))
+        CREATE TEMP TABLE tributary_match_r (LIKE pg_temp.tributary_match_l INCLUDING ALL) ON COMMIT DROP;
+        EXECUTE format(fill_sql, 'r', tributary._match_key(right_table, 't'), right_table,
+                       tributary._match_values(right_table, rcols, 't'))
           USING columns;
     END IF;
     SELECT count(*) INTO n_left FROM pg_temp.tributary_match_l;
@@ -927,6 +928,7 @@ BEGIN
      WHERE emb[c.i] AND x.v[c.i] IS NOT NULL;
     PERFORM tributary_embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
 
+    t_embed := extract(epoch FROM clock_timestamp() - t0);
     -- 3. Candidates: k nearest each way, and the unrelated pairs that calibrate the evidence.
     CREATE TEMP TABLE tributary_match_c (lk text, rk text, kind "char", PRIMARY KEY (lk, rk, kind)) ON COMMIT DROP;
     PERFORM set_config('hnsw.ef_search', greatest(40, 2 * k)::text, true);
@@ -989,6 +991,7 @@ BEGIN
              ON CONFLICT DO NOTHING', pair_order, labels);
     END IF;
 
+    t_cand := extract(epoch FROM clock_timestamp() - t0) - t_embed;
     -- 4. Evidence per column: raw similarities, rescaled by the unrelated pairs, weighted.
     EXECUTE format(
         'CREATE TEMP TABLE tributary_match_f ON COMMIT DROP AS
@@ -1012,13 +1015,27 @@ BEGIN
       FROM u WHERE u.i = f.i;
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
     IF labels IS NULL THEN
-        WITH w AS (SELECT f.i, ln(1 / greatest(avg((coalesce(f.es, 0) >= 0.9)::int), 1.0 / 2000)) AS w
-                     FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i)
-        INSERT INTO pg_temp.tributary_match_s
-        SELECT f.lk, f.rk, f.kind, sum(w.w * f.es) / nullif(sum(w.w) FILTER (WHERE f.es IS NOT NULL), 0)
-          FROM pg_temp.tributary_match_f f JOIN w ON w.i = f.i
-         WHERE f.kind = 'c'
-         GROUP BY f.lk, f.rk, f.kind;
+        -- u: how often unrelated pairs agree on a column (evidence 0.9 or more, at least 1/2,000);
+        -- m: how often matches do, 1 until it is estimated below.
+        CREATE TEMP TABLE tributary_match_w ON COMMIT DROP AS
+        SELECT f.i, greatest(avg((coalesce(f.es, 0) >= 0.9)::int), 1.0 / 2000)::float8 AS u, 1.0::float8 AS m
+          FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i;
+        PERFORM tributary._match_score();
+        IF threshold IS NULL THEN
+            -- One step of Fellegi and Sunter's estimation: m from the pairs the first scores
+            -- accept (mutual best, above their own threshold), then the scores again. A column
+            -- that matches often disagree on (a price, a free-text note) weighs less.
+            thr := tributary._match_auto_threshold(self);
+            UPDATE pg_temp.tributary_match_w w SET m = x.m
+              FROM (SELECT f.i, avg((f.es >= 0.9)::int)::float8 AS m
+                      FROM pg_temp.tributary_match_f f
+                      JOIN tributary._match_accepted(self, coalesce(thr, 0.5), true) a ON a.lk = f.lk AND a.rk = f.rk
+                     WHERE f.kind = 'c' AND f.es IS NOT NULL
+                     GROUP BY f.i HAVING count(*) >= 20) x
+             WHERE x.i = w.i;
+            TRUNCATE pg_temp.tributary_match_s;
+            PERFORM tributary._match_score();
+        END IF;
     ELSE
         -- Features per pair: each column's evidence (0 when missing) and whether it is present.
         SELECT tributary._logistic_fit(array_agg(x ORDER BY p.lk, p.rk, p.j), y.ys, 1.0)
@@ -1045,36 +1062,71 @@ BEGIN
     ELSIF labels IS NOT NULL THEN
         thr := 0.5; how := 'probability 0.5 (labels)';
     ELSE
-        SELECT tributary._match_threshold(array_agg(b.score), 'minimum_error') INTO thr
-          FROM (SELECT e.score, row_number() OVER (PARTITION BY e.key ORDER BY e.score DESC, e.other) AS rnk
-                  FROM (SELECT s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
-                        UNION ALL SELECT s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s WHERE self) e) b
-         WHERE b.rnk <= 2 AND b.score IS NOT NULL;
+        thr := tributary._match_auto_threshold(self);
         thr := coalesce(thr, 0.5);
-        how := 'minimum-error cut of the best and second-best candidate scores';
+        how := 'minimum-error cut of the best and second-best candidate scores, capped at the second-best''s 99th percentile';
     END IF;
     IF report THEN
-        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %), threshold % (%)',
-            n_left, n_right, (SELECT count(*) FROM pg_temp.tributary_match_s), k, round(thr::numeric, 4), how;
+        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %), threshold % (%); % s embedding, % s candidates, % s evidence',
+            n_left, n_right, (SELECT count(*) FROM pg_temp.tributary_match_s), k, round(thr::numeric, 4), how,
+            round(t_embed::numeric, 1), round(t_cand::numeric, 1),
+            round((extract(epoch FROM clock_timestamp() - t0) - t_embed - t_cand)::numeric, 1);
     END IF;
 
-    -- 6. Accepted pairs: a pair is a row's best when no other candidate of that row scores
-    -- higher (ties: the smaller other key), for both of its rows.
+    -- 6. Accepted pairs.
+    RETURN QUERY SELECT a.lk, a.rk, a.score FROM tributary._match_accepted(self, thr, one_to_one) a ORDER BY 1, 2;
+
+    PERFORM tributary._match_drop();
+END $$;
+
+CREATE FUNCTION tributary._match_score() RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    INSERT INTO pg_temp.tributary_match_s
+    SELECT f.lk, f.rk, f.kind, sum(w.w * f.es) / nullif(sum(w.w) FILTER (WHERE f.es IS NOT NULL), 0)
+      FROM pg_temp.tributary_match_f f
+      JOIN (SELECT x.i, CASE WHEN x.m > x.u THEN x.m * ln(x.m / x.u) ELSE 0 END AS w FROM pg_temp.tributary_match_w x) w ON w.i = f.i
+     WHERE f.kind = 'c'
+     GROUP BY f.lk, f.rk, f.kind;
+END $$;
+
+CREATE FUNCTION tributary._match_auto_threshold(self boolean) RETURNS float8
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    cut float8;
+    cap float8;
+BEGIN
+    WITH ranked AS (
+        SELECT e.score, row_number() OVER (PARTITION BY e.side, e.key ORDER BY e.score DESC, e.other) AS rnk
+          FROM (SELECT 'l' AS side, s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
+                UNION ALL
+                SELECT CASE WHEN self THEN 'l' ELSE 'r' END, s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s) e
+         WHERE e.score IS NOT NULL)
+    SELECT tributary._match_threshold(array_agg(r.score) FILTER (WHERE r.rnk <= 2), 'minimum_error'),
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY r.score) FILTER (WHERE r.rnk = 2)
+      INTO cut, cap
+      FROM ranked r;
+    RETURN least(cut, cap);
+END $$;
+
+CREATE FUNCTION tributary._match_accepted(self boolean, thr float8, one_to_one boolean)
+RETURNS TABLE (lk text, rk text, score float8)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
     RETURN QUERY
     WITH ends AS (SELECT s.lk AS node, s.rk AS other, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s
                   UNION ALL
                   SELECT s.rk, s.lk, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s),
          ranked AS (SELECT e.lk, e.rk, e.score,
-                           row_number() OVER (PARTITION BY CASE WHEN self THEN true ELSE e.node = e.lk END, e.node ORDER BY e.score DESC, e.other) AS rnk
+                           row_number() OVER (PARTITION BY CASE WHEN self THEN true ELSE e.node = e.lk END, e.node
+                                              ORDER BY e.score DESC, e.other) AS rnk
                       FROM ends e WHERE e.score IS NOT NULL)
     SELECT r.lk, r.rk, min(r.score)
       FROM ranked r
      WHERE r.score >= thr
      GROUP BY r.lk, r.rk
-    HAVING NOT one_to_one OR max(r.rnk) = 1
-     ORDER BY 1, 2;
-
-    PERFORM tributary._match_drop();
+    HAVING NOT one_to_one OR max(r.rnk) = 1;
 END $$;
 
 CREATE FUNCTION tributary._match_drop(prefix text DEFAULT 'tributary_match_') RETURNS void
@@ -1084,7 +1136,7 @@ DECLARE
 BEGIN
     FOR r IN SELECT c.oid FROM pg_catalog.pg_class c
               WHERE c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relkind IN ('r', 'v')
-                AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'e', 'n']) x)
+                AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'w', 'e', 'n']) x)
               ORDER BY c.relkind DESC  -- the view over tributary_match_l first
     LOOP
         EXECUTE CASE WHEN (SELECT relkind FROM pg_catalog.pg_class WHERE oid = r) = 'v' THEN 'DROP VIEW ' ELSE 'DROP TABLE ' END || r;
@@ -1161,6 +1213,12 @@ COMMENT ON FUNCTION tributary._match_key(regclass, text) IS 'Internal (tributary
 COMMENT ON FUNCTION tributary._match_values(regclass, text[], text) IS 'Internal (tributary_match): the matched columns of a table as a text[] expression.';
 
 COMMENT ON FUNCTION tributary._match_check_labels(regclass) IS 'Internal (tributary_match): checks that a labels table has left_key, right_key and is_match.';
+
+COMMENT ON FUNCTION tributary._match_score() IS 'Internal (tributary_match): scores candidate pairs without labels, the weighted mean of the columns'' evidence.';
+
+COMMENT ON FUNCTION tributary._match_auto_threshold(boolean) IS 'Internal (tributary_match): the minimum-error cut of every row''s best and second-best candidate scores.';
+
+COMMENT ON FUNCTION tributary._match_accepted(boolean, double precision, boolean) IS 'Internal (tributary_match): the candidate pairs at or above a threshold, mutual best ones only when one to one.';
 
 COMMENT ON FUNCTION tributary._match_drop(text) IS 'Internal (tributary_match, tributary_dedup): drops their temporary tables.';
 
