@@ -79,7 +79,7 @@ SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', sp
 SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_at => '2010')$$);
 SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_column => 'nope', split_at => '1')$$);
 SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_column => 'yr', split_at => 'soon')$$);
-SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_column => 'day', split_at => '2010-13-01')$$);
+SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_column => 'day', split_at => 'not a date')$$);
 SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_column => 'yr', split_at => '2020')$$);
 SELECT expect_error($$SELECT * FROM tributary_evaluate('pm.ev', 'label', 'e', split_column => 'yr', split_at => '1990')$$);
 
