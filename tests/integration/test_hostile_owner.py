@@ -11,6 +11,8 @@ or write tributary's tables.
 Runs on the jobs cluster (TRIBUTARY_JOBS_DSN: tributary in shared_preload_libraries), as the
 roles alice and bob of tests/integration/conftest.py plus roles made and dropped here.
 """
+import time
+
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
@@ -326,7 +328,22 @@ def test_drop_extension_cascade_leaves_writers_working(owned):
             a.execute("SELECT tributary_job_create('docs', '{body}', 'e', mode => 'continuous')")
             a.execute("SELECT tributary_chunk_job_create('docs', 'body', 'docs_chunks')")
         with psycopg.connect(dsn, autocommit=True) as c:
-            c.execute("DROP EXTENSION tributary CASCADE")
+            # Both jobs' first rows embedded first: a worker busy with a batch holds locks that
+            # DROP EXTENSION would wait for in the other order (a deadlock PostgreSQL resolves by
+            # cancelling one of the two; that race is not what this test is about).
+            deadline = time.monotonic() + 60
+            while c.execute("SELECT count(*) FILTER (WHERE rows_done >= 3 AND rows_queued = 0) = 2"
+                            " FROM tributary.jobs").fetchone()[0] is not True:
+                assert time.monotonic() < deadline, c.execute("SELECT * FROM tributary.jobs").fetchall()
+                time.sleep(0.2)
+            for attempt in range(5):
+                try:
+                    c.execute("DROP EXTENSION tributary CASCADE")
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.5)
             left = c.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'docs'::regclass AND NOT tgisinternal").fetchone()[0]
         with psycopg.connect(dsn, autocommit=True, user="alice") as a:
             a.execute("INSERT INTO docs (id, body) VALUES (4, 'after DROP EXTENSION')")
