@@ -11,9 +11,9 @@
 #   4. the fidelity test: SQL embeddings against HF candle's BERT and a candle MPNet (tests/fidelity):
 #      all-MiniLM-L6-v2 and all-mpnet-base-v2, each as tributary's export and as a standard export
 #   5. in-backend tests (#[pg_test]) with cargo pgrx test, on each major
-#   6. last, a check that the system's PostgreSQL 15 holds the tributary files it held before the
-#      run, or none (setup installs the release build there, cargo pgrx test pg15 its debug build;
-#      the files found are put back, also on an interrupt)
+#   6. last, a check that the system's PostgreSQL 15 holds the release build setup installed
+#      (cargo pgrx test pg15 installs its debug build there; setup's files are put back, also on
+#      an interrupt)
 # Integration and fidelity tests run on PostgreSQL 15 only. Each step prints its time.
 #   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
 #      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
@@ -22,14 +22,13 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
-# The system's PostgreSQL 15 (Debian's layout): its tributary files as found before setup (a
-# release build, or none) are kept aside and put back on exit, whatever ends the run; the last step
-# compares them. Setup installs this checkout's release build there for the tests on 15.
+# The system's PostgreSQL 15 (Debian's layout): setup installs this checkout's release build there;
+# those files, as setup left them, are kept aside and put back on exit, whatever ends the run
+# (cargo pgrx test pg15 installs its debug build there), and the last step compares them: the
+# machine ends with the release build, as setup left it.
 sys_lib=/usr/lib/postgresql/15/lib sys_ext=/usr/share/postgresql/15/extension
 sys_keep=$(mktemp -d /tmp/tributary-sys-keep.XXXXXX)
 sys_files() { ls "$sys_lib"/tributary.so "$sys_ext"/tributary.control "$sys_ext"/tributary--*.sql 2>/dev/null; }
-sys_files | while read -r f; do cp -p "$f" "$sys_keep/"; done
-sys_files | xargs -r sha256sum >"$sys_keep.sha256"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 sys_restore() {
   $SUDO rm -f "$sys_lib"/tributary.so "$sys_ext"/tributary.control "$sys_ext"/tributary--*.sql
@@ -42,16 +41,18 @@ sys_restore() {
 sys_check() {
   sys_restore
   if diff <(sys_files | xargs -r sha256sum) "$sys_keep.sha256"; then
-    echo "system PostgreSQL 15: $(wc -l <"$sys_keep.sha256") tributary files, as found"
+    echo "system PostgreSQL 15: $(wc -l <"$sys_keep.sha256") tributary files, the release build setup installed"
   else
-    echo "system PostgreSQL 15: tributary files differ from those found (above)"; return 1
+    echo "system PostgreSQL 15: tributary files differ from those setup installed (above)"; return 1
   fi
 }
 on_exit() { sys_restore; rm -rf "$sys_keep" "$sys_keep.sha256"; }
+
+bash scripts/setup.sh || { echo "setup failed"; rm -rf "$sys_keep"; exit 1; }
+sys_files | while read -r f; do cp -p "$f" "$sys_keep/"; done
+sys_files | xargs -r sha256sum >"$sys_keep.sha256"
 trap on_exit EXIT
 trap 'exit 130' INT TERM
-
-bash scripts/setup.sh || { echo "setup failed"; exit 1; }
 source scripts/cluster.sh
 
 passed=0; failed=0; failures=()
@@ -202,7 +203,7 @@ for m in $majors; do
     step "cargo pgrx test, PostgreSQL $m" false
   fi
 done
-step "system PostgreSQL 15 left with the tributary files it had" sys_check
+step "system PostgreSQL 15 left with the release build setup installed" sys_check
 echo
 echo "total: $(( $(date +%s) - t_start )) s after setup"
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
