@@ -20,5 +20,5 @@ pub use error::{Error, Result};
 pub use interface::Pooling;
 pub use manifest::{Layout, Manifest, ManifestError, ModelSpec};
 pub use model::{
-    Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Values,
+    Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, Stats, Step, Values,
 };

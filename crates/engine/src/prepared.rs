@@ -615,7 +615,7 @@ mod tests {
         let mut e = Embedder::new(rt(), c).unwrap();
         assert_eq!(e.graph_note(), "", "the prepared graph is loaded");
         assert!(e.loaded_file().starts_with(cache));
-        let out = e.embed(&["a prepared graph"], 2048, &mut || {}).unwrap();
+        let out = e.embed(&["a prepared graph"], 2048, &mut |_| {}).unwrap();
         out.row_f32(0).to_vec()
     }
 

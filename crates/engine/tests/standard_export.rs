@@ -78,8 +78,8 @@ fn standard_export_matches_tributarys_export() {
 
     let texts = texts();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let a = st.embed(&refs, 2048, &mut || {}).unwrap();
-    let b = native.embed(&refs, 2048, &mut || {}).unwrap();
+    let a = st.embed(&refs, 2048, &mut |_| {}).unwrap();
+    let b = native.embed(&refs, 2048, &mut |_| {}).unwrap();
     assert!(a.batches > 1);
     let cos = min_cosine(&a, &b);
     assert!(
@@ -102,19 +102,19 @@ fn truncation_is_reported_and_a_prompt_counts_in_the_window() {
     // 254 words + [CLS] [SEP] fill the window exactly.
     let full = "word ".repeat(254);
     let texts = ["short", full.as_str(), &"word ".repeat(400)];
-    let plain = e.embed(&texts, 2048, &mut || {}).unwrap();
+    let plain = e.embed(&texts, 2048, &mut |_| {}).unwrap();
     assert_eq!(plain.truncated, vec![2]);
     // "query: " adds tokens: the full text no longer fits.
     let prompted = e
-        .embed_prompted(&texts, "query: ", 2048, &mut || {})
+        .embed_prompted(&texts, "query: ", 2048, &mut |_| {})
         .unwrap();
     assert_eq!(prompted.truncated, vec![1, 2]);
     assert_eq!(e.stats().truncated, 3);
     // The prompt is put before the text: the same vector as writing it out.
-    let written = e.embed(&["query: short"], 2048, &mut || {}).unwrap();
+    let written = e.embed(&["query: short"], 2048, &mut |_| {}).unwrap();
     let cos = min_cosine(
         &written,
-        &e.embed_prompted(&["short"], "query: ", 2048, &mut || {})
+        &e.embed_prompted(&["short"], "query: ", 2048, &mut |_| {})
             .unwrap(),
     );
     assert!(cos > 0.99999, "{cos}");

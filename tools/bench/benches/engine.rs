@@ -263,7 +263,7 @@ impl Bench {
         };
         for call in texts.chunks(per_call) {
             let out = embedder
-                .embed(call, chunk, &mut || {})
+                .embed(call, chunk, &mut |_| {})
                 .unwrap_or_else(|e| die(&format!("embed: {e}")));
             cost.rows += out.rows();
             cost.tokens += out.tokens;

@@ -352,10 +352,10 @@ fn check(
     println!("reference session: {}", describe(&cpu, info));
     println!("device session: {}", describe(&dev, info));
     let a = cpu
-        .embed(&refs, 2048, &mut || {})
+        .embed(&refs, 2048, &mut |_| {})
         .unwrap_or_else(|e| die(&format!("cpu embed: {e}: {e:?}")));
     let b = dev
-        .embed(&refs, 16384, &mut || {})
+        .embed(&refs, 16384, &mut |_| {})
         .unwrap_or_else(|e| die(&format!("device embed: {e}: {e:?}")));
     let cos: Vec<f32> = (0..a.rows())
         .map(|i| {
@@ -430,14 +430,14 @@ fn embed_all(
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let chunk = chunk.max(1);
     assert_unit(
-        &e.embed(&refs[..chunk.min(refs.len())], budget, &mut || {})
+        &e.embed(&refs[..chunk.min(refs.len())], budget, &mut |_| {})
             .unwrap_or_else(|err| die(&format!("warm-up: {err}"))),
     );
     let (mut rows, mut tokens, mut padded) = (0usize, 0usize, 0usize);
     let started = Instant::now();
     for part in refs.chunks(chunk) {
         let out = e
-            .embed(part, budget, &mut || {})
+            .embed(part, budget, &mut |_| {})
             .unwrap_or_else(|err| die(&format!("embed: {err}")));
         assert_unit(&out);
         rows += out.rows();
@@ -494,7 +494,7 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
         for w in 0..plan.warmup.max(1) {
             let start = (w * b) % refs.len().saturating_sub(b).max(1);
             let out = e
-                .embed(&refs[start..start + b], plan.budget, &mut || {})
+                .embed(&refs[start..start + b], plan.budget, &mut |_| {})
                 .unwrap_or_else(|err| die(&format!("embed: {err}: {err:?}")));
             assert_unit(&out);
         }
@@ -506,7 +506,7 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
             let chunk = &refs[start..(start + b).min(refs.len())];
             let t = Instant::now();
             let out = e
-                .embed(chunk, plan.budget, &mut || {})
+                .embed(chunk, plan.budget, &mut |_| {})
                 .unwrap_or_else(|err| die(&format!("embed: {err}: {err:?}")));
             per_call.push(t.elapsed().as_secs_f64());
             assert_unit(&out);

@@ -24,6 +24,7 @@ use super::tokenize::TextTokenizer;
 mod config;
 mod create;
 mod run;
+pub use run::Step;
 
 pub use super::embeddings::{Embeddings, Values};
 pub use super::runtime::{preload_libraries, runtime, Runtime};
@@ -209,8 +210,8 @@ mod real_model_tests {
         let mut plain = Embedder::new(rt(), plain_cfg).unwrap();
         assert!(!plain.io_binding());
         assert!(plain.io_binding_note().contains("off"));
-        let a = bound.embed(&refs, 2048, &mut || {}).unwrap();
-        let b = plain.embed(&refs, 2048, &mut || {}).unwrap();
+        let a = bound.embed(&refs, 2048, &mut |_| {}).unwrap();
+        let b = plain.embed(&refs, 2048, &mut |_| {}).unwrap();
         assert_eq!(a.batches, b.batches);
         assert!(a.batches > 1);
         let cos = min_cosine(&a, &b);
@@ -236,12 +237,12 @@ mod real_model_tests {
         );
         assert!(windows.len() > 10, "{} windows", windows.len());
         let mut calls = 0;
-        let piped = e.embed(&refs, 256, &mut || calls += 1).unwrap();
+        let piped = e.embed(&refs, 256, &mut |_| calls += 1).unwrap();
         // The callback runs before every ORT run, and once while each window (under 1,024 texts)
         // is planned.
         assert_eq!(calls, piped.batches + windows.len());
         // One window, cut by padding against run cost only: another batching of the same texts.
-        let whole = e.embed(&refs, 1 << 22, &mut || {}).unwrap();
+        let whole = e.embed(&refs, 1 << 22, &mut |_| {}).unwrap();
         assert!(
             whole.batches < piped.batches,
             "{} vs {}",
@@ -251,7 +252,7 @@ mod real_model_tests {
         let cos = min_cosine(&piped, &whole);
         assert!(cos > 0.99999, "pipelined vs one batch min cosine {cos}");
         for i in [0, 17, 119] {
-            let one = e.embed(&refs[i..=i], 1 << 20, &mut || {}).unwrap();
+            let one = e.embed(&refs[i..=i], 1 << 20, &mut |_| {}).unwrap();
             let c: f32 = one
                 .row_f32(0)
                 .iter()
@@ -274,9 +275,9 @@ mod real_model_tests {
         );
         let texts = corpus();
         let refs: Vec<&str> = texts.iter().take(40).map(String::as_str).collect();
-        let h = half.embed(&refs, 2048, &mut || {}).unwrap();
+        let h = half.embed(&refs, 2048, &mut |_| {}).unwrap();
         assert!(h.is_f16());
-        let f = embedder(256).embed(&refs, 2048, &mut || {}).unwrap();
+        let f = embedder(256).embed(&refs, 2048, &mut |_| {}).unwrap();
         assert!(!f.is_f16());
         let cos = min_cosine(&h, &f);
         assert!(cos > 0.999, "fp16 vs fp32 min cosine {cos}");
@@ -360,7 +361,7 @@ mod real_model_tests {
             "x y z",
         ];
         let mut calls = 0;
-        let whole = e.embed(&texts, 1 << 20, &mut || calls += 1).unwrap();
+        let whole = e.embed(&texts, 1 << 20, &mut |_| calls += 1).unwrap();
         // The 256-token row runs alone; the four short ones share a run (padding them to 256
         // tokens would cost more than a second run).
         assert_eq!(whole.batches, 2, "runs when everything fits the budget");
@@ -374,7 +375,7 @@ mod real_model_tests {
         );
         assert_eq!((whole.rows(), whole.dimension), (5, 384));
         assert_eq!(whole.tokens, whole.padded_tokens.min(whole.tokens));
-        let small = e.embed(&texts, 1, &mut || {}).unwrap();
+        let small = e.embed(&texts, 1, &mut |_| {}).unwrap();
         assert_eq!(
             small.batches, 5,
             "a budget below every row runs each row alone"
@@ -384,7 +385,7 @@ mod real_model_tests {
             "no padding when rows run alone"
         );
         for i in 0..texts.len() {
-            let one = e.embed(&texts[i..=i], 1 << 20, &mut || {}).unwrap();
+            let one = e.embed(&texts[i..=i], 1 << 20, &mut |_| {}).unwrap();
             for (a, b) in [
                 (whole.row_f32(i), one.row_f32(0)),
                 (small.row_f32(i), one.row_f32(0)),
@@ -429,8 +430,8 @@ mod real_model_tests {
         assert!(loaded.starts_with(&cache), "{}", loaded.display());
         assert!(loaded.with_file_name(crate::prepared::DATA_FILE).is_file());
         // Every run (the last of each call shrinks the arena) gives what the original graph gives.
-        let a = plain.embed(&refs, 512, &mut || {}).unwrap();
-        let b = shared.embed(&refs, 512, &mut || {}).unwrap();
+        let a = plain.embed(&refs, 512, &mut |_| {}).unwrap();
+        let b = shared.embed(&refs, 512, &mut |_| {}).unwrap();
         assert!(b.batches > 1);
         let cos = min_cosine(&a, &b);
         assert!(cos > 0.99999, "prepared vs original min cosine {cos}");

@@ -32,6 +32,15 @@ pub(super) const CPU_RUN_OVERHEAD_TOKENS: usize = 32;
 /// (2,048 tokens, at least 2 tokens a row) no run reaches it.
 pub(super) const MAX_ROWS_PER_RUN: usize = 4096;
 
+/// Where [`Embedder::embed`]'s callback is called from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Step {
+    /// While a window's batches are planned (once per 1,024 texts of it).
+    Planning,
+    /// Right before an ONNX Runtime run.
+    Run,
+}
+
 impl Embedder {
     /// Embeds `texts`: tokenize (truncating to `max_length`), sort by length, cut batches of at
     /// most `max_batch_tokens` padded tokens, run each, and return `[texts.len(), dimension]`
@@ -46,9 +55,10 @@ impl Embedder {
     /// before they are tokenized: tokens past the window would be dropped anyway, and
     /// tokenizing a whole 50 MB text took 5.9 GB.
     ///
-    /// `between_batches` runs on the calling thread before every ORT run and while batches are
-    /// planned; the PostgreSQL side checks for interrupts there, so a cancel stops the work
-    /// within one batch. No other thread calls back into the caller.
+    /// `between_batches` runs on the calling thread before every ORT run ([`Step::Run`]) and
+    /// while batches are planned ([`Step::Planning`]); the PostgreSQL side checks for interrupts
+    /// there, so a cancel stops the work within one batch, and takes a CPU run slot before each
+    /// run only. No other thread calls back into the caller.
     ///
     /// Errors: [`Error::OutOfMemory`] when the `[texts, dimension]` output cannot be allocated;
     /// [`Error::Tokenizer`], [`Error::Ort`] from the run.
@@ -56,7 +66,7 @@ impl Embedder {
         &mut self,
         texts: &[&str],
         max_batch_tokens: usize,
-        between_batches: &mut dyn FnMut(),
+        between_batches: &mut dyn FnMut(Step),
     ) -> Result<Embeddings> {
         self.embed_prompted(texts, "", max_batch_tokens, between_batches)
     }
@@ -70,7 +80,7 @@ impl Embedder {
         texts: &[&str],
         prefix: &str,
         max_batch_tokens: usize,
-        between_batches: &mut dyn FnMut(),
+        between_batches: &mut dyn FnMut(Step),
     ) -> Result<Embeddings> {
         let dim = self.config.dimension;
         let mut out = Embeddings::zeroed(dim, texts.len(), self.f16_output())?;
@@ -155,10 +165,10 @@ impl Embedder {
                     max_batch_tokens,
                     MAX_ROWS_PER_RUN,
                     overhead,
-                    &mut *between_batches,
+                    &mut || between_batches(Step::Planning),
                 );
                 for (j, b) in batches.iter().enumerate() {
-                    between_batches();
+                    between_batches(Step::Run);
                     let options = last_run.filter(|_| k == last_window && j + 1 == batches.len());
                     let rows: Vec<usize> = order[b.range.clone()].to_vec();
                     let (n, seq) = (rows.len(), b.seq_len);
