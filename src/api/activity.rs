@@ -11,12 +11,14 @@ use crate::pg::error::OrRaise;
 /// since it started (needs `shared_preload_libraries`; 55000 otherwise): pid, database and login
 /// role (oids), the model and execution provider of its last call, sessions held now, calls,
 /// rows, tokens, ms inside ONNX Runtime runs, CPU run slot waits and ms waited
-/// (`tributary.max_cpu_runs`), sessions dropped while idle (`tributary.session_idle_timeout`),
+/// (`tributary.max_cpu_runs`), the priority of its current or last call (`interactive`, `bulk`,
+/// `background`: `tributary.priority`) and since when it waits for a slot (NULL: not
+/// waiting), sessions dropped while idle (`tributary.session_idle_timeout`),
 /// private and shared resident memory in MB (from /proc/PID/smaps_rollup, read at most once a
 /// second after a call), and its last call's end. Members of pg_monitor only.
-#[pg_extern(volatile, parallel_restricted)]
+#[pg_extern(name = "tributary_stat_activity", volatile, parallel_restricted)]
 #[allow(clippy::type_complexity)]
-fn tributary_stat_activity() -> TableIterator<
+pub(crate) fn tributary_stat_activity_0_7() -> TableIterator<
     'static,
     (
         name!(pid, i32),
@@ -31,6 +33,8 @@ fn tributary_stat_activity() -> TableIterator<
         name!(run_ms, f64),
         name!(cpu_waits, i64),
         name!(cpu_wait_ms, f64),
+        name!(priority, Option<String>),
+        name!(cpu_wait_start, Option<pgrx::datum::TimestampWithTimeZone>),
         name!(idle_releases, i32),
         name!(private_mb, f64),
         name!(shared_mb, f64),
@@ -52,6 +56,8 @@ fn tributary_stat_activity() -> TableIterator<
             e.run_us as f64 / 1e3,
             e.cpu_waits as i64,
             e.cpu_wait_us as f64 / 1e3,
+            Some(name(&e.priority)).filter(|p| !p.is_empty()),
+            timestamp(e.wait_start),
             e.idle_releases as i32,
             e.private_kb as f64 / 1024.0,
             e.shared_kb as f64 / 1024.0,
@@ -111,7 +117,8 @@ extension_sql!(
 CREATE VIEW tributary.stat_activity AS
 SELECT s.pid, d.datname, r.rolname AS usename, a.backend_type, a.application_name, s.model,
        s.execution_provider, s.sessions, s.calls, s.rows, s.tokens, s.run_ms, s.cpu_waits,
-       s.cpu_wait_ms, s.idle_releases, s.private_mb, s.shared_mb, s.last_call, a.state
+       s.cpu_wait_ms, s.priority, s.cpu_wait_start, s.idle_releases, s.private_mb, s.shared_mb,
+       s.last_call, a.state
 FROM tributary_stat_activity() s
 LEFT JOIN pg_catalog.pg_database d ON d.oid = s.datid
 LEFT JOIN pg_catalog.pg_roles r ON r.oid = s.usesysid
@@ -124,14 +131,18 @@ SELECT p.pid, p.datid, d.datname, p.relid, p.target, p.rows_total, p.rows_done,
 FROM tributary_progress_embed_column() p
 LEFT JOIN pg_catalog.pg_database d ON d.oid = p.datid;
 
--- Backends holding or waiting for a CPU run slot (tributary.max_cpu_runs): session-level locks in
--- PostgreSQL's lock table, class 'trib' (1953655138), database 0, objsubid 3.
+-- Backends holding a CPU run slot (tributary.max_cpu_runs; slots from max_cpu_runs on are kept
+-- for interactive runs, tributary.interactive_cpu_runs) or waiting in a priority's queue for one:
+-- session-level locks in PostgreSQL's lock table, class 'trib' (1953655138), database 0, objsubid
+-- 3 (slots) and 6 (queues: the granted entry is the queue's head, which looks for a free slot).
 CREATE VIEW tributary.cpu_runs AS
-SELECT l.objid::integer AS slot, l.pid, l.granted, a.datname, a.usename, a.backend_type,
-       a.wait_event_type, a.wait_event
+SELECT CASE WHEN l.objsubid = 3 THEN l.objid::integer END AS slot,
+       CASE WHEN l.objsubid = 6 THEN (ARRAY['interactive', 'bulk', 'background'])[l.objid::integer + 1] END AS queue,
+       l.pid, l.granted, l.waitstart, a.datname, a.usename, a.backend_type, a.wait_event_type,
+       a.wait_event
 FROM pg_catalog.pg_locks l
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.database = 0 AND l.classid = 1953655138 AND l.objsubid = 3;
+WHERE l.locktype = 'advisory' AND l.database = 0 AND l.classid = 1953655138 AND l.objsubid IN (3, 6);
 GRANT SELECT ON tributary.cpu_runs TO PUBLIC;
 
 -- What other roles do is for monitoring roles only.
@@ -143,5 +154,5 @@ REVOKE ALL ON tributary.stat_activity, tributary.progress_embed_column FROM PUBL
 GRANT SELECT ON tributary.stat_activity, tributary.progress_embed_column TO pg_monitor;
 "#,
     name = "activity_views",
-    requires = [tributary_stat_activity, tributary_progress_embed_column]
+    requires = [tributary_stat_activity_0_7, tributary_progress_embed_column]
 );

@@ -2,7 +2,8 @@
 //! arguments and results, so that a database whose extension is still at an older version keeps
 //! working with this library (between installing it and `ALTER EXTENSION tributary UPDATE`, or
 //! for as long as the database stays there). No SQL is generated for them: 0.3.0 names the
-//! `*_0_3` functions beside each (0.6.0: `tributary_embed_column_0_6`). Each calls the current
+//! `*_0_3` functions beside each (0.6.0: `tributary_embed_column_0_6`; 0.7.0:
+//! `tributary_stat_activity_0_7`). Each calls the current
 //! function with the new arguments' defaults (no prompt, no prompts; row template version 1).
 
 use pgrx::prelude::*;
@@ -123,4 +124,58 @@ fn tributary_info(
         super::models::tributary_info_0_3(model)
             .map(|(a, b, c, d, e, f, g, h, i, j, k, ..)| (a, b, c, d, e, f, g, h, i, j, k)),
     )
+}
+
+/// 0.4.0 to 0.6.0's `tributary_stat_activity()`: the current one without `priority` and
+/// `cpu_wait_start`.
+#[pg_extern(sql = false, volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn tributary_stat_activity() -> TableIterator<
+    'static,
+    (
+        name!(pid, i32),
+        name!(datid, pg_sys::Oid),
+        name!(usesysid, pg_sys::Oid),
+        name!(model, String),
+        name!(execution_provider, String),
+        name!(sessions, i32),
+        name!(calls, i64),
+        name!(rows, i64),
+        name!(tokens, i64),
+        name!(run_ms, f64),
+        name!(cpu_waits, i64),
+        name!(cpu_wait_ms, f64),
+        name!(idle_releases, i32),
+        name!(private_mb, f64),
+        name!(shared_mb, f64),
+        name!(last_call, Option<pgrx::datum::TimestampWithTimeZone>),
+    ),
+> {
+    TableIterator::new(super::activity::tributary_stat_activity_0_7().map(
+        |(
+            pid,
+            db,
+            role,
+            model,
+            ep,
+            sessions,
+            calls,
+            rows,
+            tokens,
+            run,
+            waits,
+            wait,
+            _,
+            _,
+            idle,
+            private,
+            shared,
+            last,
+        )| {
+            (
+                pid, db, role, model, ep, sessions, calls, rows, tokens, run, waits, wait, idle,
+                private, shared, last,
+            )
+        },
+    ))
 }

@@ -40,6 +40,11 @@ pub struct Entry {
     /// Runs that waited for a CPU slot, and µs waited.
     pub cpu_waits: u64,
     pub cpu_wait_us: u64,
+    /// The priority of its current or last call on the CPU (`interactive`, `bulk`,
+    /// `background`; empty: none yet), NUL-padded.
+    pub priority: [u8; 16],
+    /// Since when it waits for a CPU run slot (TimestampTz; 0: not waiting).
+    pub wait_start: i64,
     /// Sessions dropped by `tributary.session_idle_timeout`.
     pub idle_releases: u32,
     /// Private and shared resident memory (kB, /proc/self/smaps_rollup), read at most once a
@@ -71,6 +76,8 @@ impl Entry {
         run_us: 0,
         cpu_waits: 0,
         cpu_wait_us: 0,
+        priority: [0; 16],
+        wait_start: 0,
         idle_releases: 0,
         private_kb: 0,
         shared_kb: 0,
@@ -227,11 +234,30 @@ pub fn record_call(call: &Call<'_>) {
         e.run_us += call.run_time.as_micros() as u64;
         e.cpu_waits = waits;
         e.cpu_wait_us = wait_us;
+        if let Some(class) = super::admission::last_class() {
+            copy_name(&mut e.priority, class.name());
+        }
         e.last_call = now;
         if let Some((private, shared)) = memory {
             e.private_kb = private;
             e.shared_kb = shared;
         }
+    });
+}
+
+/// A wait for a CPU run slot at `priority` begins (`waiting`) or ends (src/pg/admission.rs).
+pub fn note_wait(priority: &str, waiting: bool) {
+    // SAFETY: plain call; the current time.
+    let now = if waiting {
+        unsafe { pg_sys::GetCurrentTimestamp() }
+    } else {
+        0
+    };
+    with_mine(|e| {
+        if waiting {
+            copy_name(&mut e.priority, priority);
+        }
+        e.wait_start = now;
     });
 }
 

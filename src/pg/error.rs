@@ -110,6 +110,13 @@ pub enum TributaryError {
     #[error("all {cap} CPU run slots are taken")]
     CpuSlots { cap: usize },
 
+    /// 55P03: `lock_timeout` passed while a call waited for a CPU run slot.
+    #[error("canceling statement due to lock timeout")]
+    SlotTimeout {
+        waited_ms: u64,
+        priority: &'static str,
+    },
+
     /// 55000: a view of shared memory was read but tributary is not in `shared_preload_libraries`.
     #[error("{0} needs tributary in shared_preload_libraries")]
     NotPreloaded(&'static str),
@@ -234,6 +241,11 @@ impl From<TributaryError> for ErrorReport {
                 PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
                 Some(format!("tributary.max_cpu_runs = {cap}: that many model runs on the CPU at once, cluster-wide; the holders are listed in tributary.cpu_runs")),
                 Some("Retry later, or ask an administrator to set tributary.cpu_overflow to wait or raise tributary.max_cpu_runs."),
+            ),
+            T::SlotTimeout { waited_ms, priority } => report(
+                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                Some(format!("The call waited {waited_ms} ms for a CPU run slot (tributary.max_cpu_runs) at priority {priority}.")),
+                Some("Waiters and holders are listed in tributary.cpu_runs; raise lock_timeout, or retry later."),
             ),
             T::NotPreloaded(_) => report(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -1,9 +1,10 @@
 //! Settings, all under `tributary.*`. Settings that name a file (and so load code or data into
 //! the server) are superuser-only (`PGC_SUSET`). Settings that size a backend's threads or
-//! memory (`intra_op_threads`, `max_batch_tokens`, `max_texts_per_call`) are user-settable
-//! downwards only: a role that is not a superuser may set them at most to their reset value (the
-//! server configuration's, or what a superuser set with ALTER ROLE / ALTER DATABASE); above that
-//! a SET fails with 42501 ([`no_raise`]).
+//! memory (`intra_op_threads`, `max_batch_tokens`, `max_texts_per_call`), and those that rank a
+//! session's work (`priority`, `interactive_tokens`), are user-settable downwards only: a role
+//! that is not a superuser may set them at most to their reset value (the server
+//! configuration's, or what a superuser set with ALTER ROLE / ALTER DATABASE); above that a SET
+//! fails with 42501 ([`no_raise`]).
 
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::path::PathBuf;
@@ -65,6 +66,85 @@ pub enum CpuOverflow {
     #[name = c"error"]
     Error,
 }
+
+/// `tributary.priority`: the queue a call's CPU runs wait in when every run slot is taken
+/// (src/pg/admission.rs). Ordered: a role that is not a superuser may set it at most to its
+/// reset value (`auto` unless a superuser set otherwise), so it can lower its own work, never
+/// raise it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Priority {
+    /// Runs after interactive and bulk work; what jobs' background workers run at under `auto`.
+    Background = 0,
+    /// Waits behind interactive work.
+    Bulk = 1,
+    /// Interactive for a call of at most `tributary.interactive_tokens` estimated tokens, bulk
+    /// for a bigger one, background in a job's worker.
+    Auto = 2,
+    /// Every call first, and may use the run slots kept for interactive work
+    /// (`tributary.interactive_cpu_runs`).
+    Interactive = 3,
+}
+
+impl Priority {
+    const ALL: [Priority; 4] = [
+        Priority::Background,
+        Priority::Bulk,
+        Priority::Auto,
+        Priority::Interactive,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Background => "background",
+            Priority::Bulk => "bulk",
+            Priority::Auto => "auto",
+            Priority::Interactive => "interactive",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Priority> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// `tributary.priority` as the enum's value (see [`Priority`]).
+static mut PRIORITY: c_int = Priority::Auto as c_int;
+/// Estimated tokens (bytes / 4 + 2 per text) up to which an `auto` call is interactive.
+static mut INTERACTIVE_TOKENS: c_int = 256;
+/// CPU run slots beyond `tributary.max_cpu_runs` that only interactive runs may take.
+static INTERACTIVE_CPU_RUNS: GucSetting<i32> = GucSetting::<i32>::new(1);
+
+/// The choices of `tributary.priority`, NULL-terminated, as `DefineCustomEnumVariable` wants.
+struct EnumOptions([pg_sys::config_enum_entry; 5]);
+// SAFETY: pointers to static C strings only, never written.
+unsafe impl Sync for EnumOptions {}
+static PRIORITY_OPTIONS: EnumOptions = EnumOptions([
+    pg_sys::config_enum_entry {
+        name: c"background".as_ptr(),
+        val: Priority::Background as c_int,
+        hidden: false,
+    },
+    pg_sys::config_enum_entry {
+        name: c"bulk".as_ptr(),
+        val: Priority::Bulk as c_int,
+        hidden: false,
+    },
+    pg_sys::config_enum_entry {
+        name: c"auto".as_ptr(),
+        val: Priority::Auto as c_int,
+        hidden: false,
+    },
+    pg_sys::config_enum_entry {
+        name: c"interactive".as_ptr(),
+        val: Priority::Interactive as c_int,
+        hidden: false,
+    },
+    pg_sys::config_enum_entry {
+        name: std::ptr::null(),
+        val: 0,
+        hidden: false,
+    },
+]);
 
 /// ONNX Runtime runs on the CPU at once, cluster-wide: -1 no cap, 0 one per CPU core.
 static MAX_CPU_RUNS: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -228,6 +308,33 @@ pub fn init() {
             None,
             None,
         );
+        pg_sys::DefineCustomEnumVariable(
+            c"tributary.priority".as_ptr(),
+            c"Priority of this session's model runs on the CPU: interactive, auto, bulk or background.".as_ptr(),
+            c"When every CPU run slot is taken, interactive runs get the next free slot before bulk runs, and bulk before background. auto: interactive for a call of at most tributary.interactive_tokens estimated tokens, else bulk (background in a job's worker). Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(PRIORITY),
+            Priority::Auto as c_int,
+            PRIORITY_OPTIONS.0.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_priority),
+            None,
+            None,
+        );
+        pg_sys::DefineCustomIntVariable(
+            c"tributary.interactive_tokens".as_ptr(),
+            c"Most estimated tokens of a call that tributary.priority = auto runs as interactive.".as_ptr(),
+            c"Estimated as the text's bytes / 4 (at most the model's window) plus 2 per text. Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(INTERACTIVE_TOKENS),
+            256,
+            0,
+            1 << 22,
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_interactive_tokens),
+            None,
+            None,
+        );
         pg_sys::DefineCustomIntVariable(
             c"tributary.max_texts_per_call".as_ptr(),
             c"Most texts one call embeds; more is an error (54000).".as_ptr(),
@@ -341,6 +448,16 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"tributary.interactive_cpu_runs",
+        c"CPU run slots beyond tributary.max_cpu_runs that only interactive runs may take.",
+        c"So that a short query does not wait for bulk runs to end: it runs beside them and costs them only the CPU time it uses. 0 keeps none (interactive runs still take the next free slot first).",
+        &INTERACTIVE_CPU_RUNS,
+        0,
+        1024,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_enum_guc(
         c"tributary.cpu_overflow",
         c"When every CPU run slot is taken: wait, or error (53400).",
@@ -402,6 +519,27 @@ pub fn max_cpu_runs() -> Option<usize> {
         0 => Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
         v => Some(v as usize),
     }
+}
+
+/// `tributary.priority` as set (see [`Priority`]).
+pub fn priority() -> Priority {
+    // SAFETY: plain read of a setting of this backend.
+    let v = unsafe { PRIORITY };
+    Priority::ALL
+        .into_iter()
+        .find(|p| *p as c_int == v)
+        .unwrap_or(Priority::Auto)
+}
+
+/// `tributary.interactive_tokens`: estimated tokens.
+pub fn interactive_tokens() -> usize {
+    // SAFETY: plain read of a setting of this backend.
+    unsafe { INTERACTIVE_TOKENS.max(0) as usize }
+}
+
+/// `tributary.interactive_cpu_runs`: slots.
+pub fn interactive_cpu_runs() -> usize {
+    INTERACTIVE_CPU_RUNS.get().max(0) as usize
 }
 
 pub fn cpu_overflow() -> CpuOverflow {
@@ -599,6 +737,38 @@ unsafe extern "C-unwind" fn check_max_texts_per_call(
     )
 }
 
+unsafe extern "C-unwind" fn check_priority(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: newval points at the proposed value.
+    no_raise_with(
+        c"tributary.priority",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+        |s| Priority::from_name(s).map(|p| p as i64),
+        c"Only a superuser may give a role's work a higher priority than its reset value.",
+    )
+}
+
+unsafe extern "C-unwind" fn check_interactive_tokens(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: newval points at the proposed value.
+    no_raise_with(
+        c"tributary.interactive_tokens",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+        |s| s.parse::<i64>().ok(),
+        c"Raising it lets bigger calls run as interactive work; only a superuser may raise it above its reset value.",
+    )
+}
+
 /// Check hook of the resource settings: values from the server configuration, ALTER DATABASE
 /// and ALTER ROLE (checked when those were set, with source PGC_S_TEST) pass; a value from a
 /// client or a SET passes when it is at most the reset value (as `measure` compares them) or
@@ -608,6 +778,26 @@ fn no_raise(
     value: i64,
     source: pg_sys::GucSource::Type,
     measure: fn(i64) -> i64,
+) -> bool {
+    no_raise_with(
+        name,
+        value,
+        source,
+        measure,
+        |s| s.parse::<i64>().ok(),
+        c"This setting sizes the threads or memory of a backend; only a superuser may raise it above its reset value.",
+    )
+}
+
+/// [`no_raise`] for any setting: `parse` reads the reset value's text as the number that
+/// `measure` compares, `detail` says why raising is restricted.
+fn no_raise_with(
+    name: &'static CStr,
+    value: i64,
+    source: pg_sys::GucSource::Type,
+    measure: fn(i64) -> i64,
+    parse: fn(&str) -> Option<i64>,
+    detail: &'static CStr,
 ) -> bool {
     if source <= pg_sys::GucSource::PGC_S_DATABASE_USER {
         return true;
@@ -619,10 +809,7 @@ fn no_raise(
         let reset = if r.is_null() {
             None
         } else {
-            CStr::from_ptr(r)
-                .to_str()
-                .ok()
-                .and_then(|s| s.parse::<i64>().ok())
+            CStr::from_ptr(r).to_str().ok().and_then(parse)
         };
         (reset, pg_sys::IsTransactionState() && pg_sys::superuser())
     };
@@ -633,15 +820,16 @@ fn no_raise(
     // SAFETY: the GUC_check_* strings are palloc'd here and read by the caller's ereport.
     unsafe {
         pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE as i32);
+        let shown = CStr::from_ptr(pg_sys::GetConfigOptionResetString(name.as_ptr()))
+            .to_string_lossy()
+            .into_owned();
         let msg = CString::new(format!(
-            "permission denied to raise \"{}\" above {reset}",
+            "permission denied to raise \"{}\" above {shown}",
             name.to_string_lossy()
         ))
         .unwrap_or_default();
         pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(msg.as_ptr());
-        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(
-            c"This setting sizes the threads or memory of a backend; only a superuser may raise it above its reset value.".as_ptr(),
-        );
+        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
         pg_sys::GUC_check_errhint_string =
             pg_sys::pstrdup(c"Lower values are allowed. A superuser can raise it in postgresql.conf, or per role with ALTER ROLE ... SET.".as_ptr());
     }

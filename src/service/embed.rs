@@ -1,8 +1,8 @@
 //! Texts to embeddings under the current settings: model lookup, `tributary.max_texts_per_call`,
 //! the engine's batched run (with interrupt checks), pgvector values, memory handed back.
 
-use crate::engine::Embeddings;
-use crate::pg::admission::CpuRuns;
+use crate::engine::{Embeddings, Step};
+use crate::pg::admission::{self, CpuRuns};
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{Result, TributaryError};
 use crate::pg::gucs;
@@ -12,9 +12,11 @@ use crate::pg::vector::Vector;
 /// graph returns them), unit L2 norm, in input order. Checks for interrupts before every ONNX
 /// Runtime run and while planning batches. Each text is cut to 64 bytes per token of the
 /// model's window before it is tokenized (engine::tokenize::BYTES_PER_TOKEN). On the CPU each run
-/// first takes a cluster-wide run slot (`tributary.max_cpu_runs`, src/pg/admission.rs).
+/// first takes a cluster-wide run slot (`tributary.max_cpu_runs`, src/pg/admission.rs), at the
+/// priority `tributary.priority` gives the call.
 ///
-/// Errors: 53400 every CPU run slot taken and `tributary.cpu_overflow = error`; 54000 more than `tributary.max_texts_per_call` texts (checked first); 53200 when the
+/// Errors: 53400 every CPU run slot taken and `tributary.cpu_overflow = error`; 55P03
+/// lock_timeout passed while waiting for one; 54000 more than `tributary.max_texts_per_call` texts (checked first); 53200 when the
 /// `[texts, dim]` output cannot be allocated; the model's errors.
 pub(crate) fn embed(texts: &[&str], model: Option<&str>) -> Result<Embeddings> {
     embed_with(&catalog::model(model)?, texts, None)
@@ -43,11 +45,15 @@ pub(crate) fn embed_with(
     check_count(texts.len())?;
     let (_, prefix) = model.prompt(prompt)?;
     let emb = catalog::with_embedder(model, |e| {
-        // A CPU run slot (tributary.max_cpu_runs) per ONNX Runtime run, given back at the end.
-        let mut runs = CpuRuns::new(!e.provider().is_gpu());
-        e.embed_prompted(texts, &prefix, gucs::max_batch_tokens(), &mut || {
+        // A CPU run slot (tributary.max_cpu_runs) per ONNX Runtime run, given back at the end,
+        // at the call's priority (tributary.priority).
+        let class = admission::class_of(admission::estimated_tokens(texts, model.max_length));
+        let mut runs = CpuRuns::new(!e.provider().is_gpu(), class);
+        e.embed_prompted(texts, &prefix, gucs::max_batch_tokens(), &mut |step| {
             pgrx::check_for_interrupts!();
-            runs.before_run();
+            if step == Step::Run {
+                runs.before_run();
+            }
         })
     })??;
     Ok(emb)

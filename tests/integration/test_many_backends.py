@@ -42,7 +42,7 @@ def dsn():
         c.execute(f"GRANT CREATE ON SCHEMA public TO {ROLE}")
     yield dsn
     with connect(dsn) as c:
-        for name in ("max_cpu_runs", "session_idle_timeout", "job_poll_interval"):
+        for name in ("max_cpu_runs", "interactive_cpu_runs", "session_idle_timeout", "job_poll_interval"):
             c.execute(f"ALTER SYSTEM RESET tributary.{name}")
         c.execute("SELECT pg_reload_conf()")
         for r in (ROLE, MONITOR):
@@ -146,7 +146,8 @@ def test_settings_a_non_superuser_may_not_change(dsn):
 
 
 def test_cpu_runs_wait_or_fail_with_53400(dsn):
-    set_server(dsn, max_cpu_runs=1)
+    # One slot, none kept for interactive runs (test_priority.py tests those).
+    set_server(dsn, max_cpu_runs=1, interactive_cpu_runs=0)
     try:
         # One run of about 50,000 tokens (seconds on a CPU): the slot is taken for that long.
         long_call = "SELECT tributary_embed(ARRAY(SELECT repeat('word ', 120) || g FROM generate_series(1, 400) g))"
@@ -191,6 +192,12 @@ def test_cpu_runs_wait_or_fail_with_53400(dsn):
             with pytest.raises(psycopg.errors.QueryCanceled):
                 b.execute("SELECT tributary_embed('waits longer than statement_timeout')")
             b.execute("RESET statement_timeout")
+            # And lock_timeout (55P03), as a wait in the lock manager would.
+            b.execute("SET lock_timeout = '300ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable) as e:
+                b.execute("SELECT tributary_embed('waits longer than lock_timeout')")
+            assert "CPU run slot" in e.value.diag.message_detail
+            b.execute("RESET lock_timeout")
             assert t.is_alive(), "the long call ended before the check: make it longer"
         finally:
             t.join()
@@ -198,7 +205,7 @@ def test_cpu_runs_wait_or_fail_with_53400(dsn):
         for x in (a, b, m):
             x.close()
     finally:
-        set_server(dsn, max_cpu_runs=None)
+        set_server(dsn, max_cpu_runs=None, interactive_cpu_runs=None)
 
 
 def test_idle_sessions_are_released(dsn):
