@@ -114,7 +114,7 @@ pub fn ensure_held() {
     };
     // SAFETY: a well-formed tag; LockHeldByMe only reads this backend's local lock table.
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
-    #[cfg(feature = "pg15")]
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
     let held = unsafe { pg_sys::LockHeldByMe(&tag(slot), mode) };
     // PostgreSQL 17 added `orstronger`; false: exactly this mode, as before.
     #[cfg(any(feature = "pg17", feature = "pg18"))]

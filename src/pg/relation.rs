@@ -131,7 +131,7 @@ pub fn table(oid: pg_sys::Oid) -> Result<Rc<Table>> {
     // SAFETY: MyProc is set in every backend and background worker that runs SQL.
     // GetUserId: the role now, after any SET ROLE or SECURITY DEFINER switch.
     // The local transaction id moved into MyProc->vxid in PostgreSQL 17.
-    #[cfg(feature = "pg15")]
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
     let xact = unsafe { (*pg_sys::MyProc).lxid };
     #[cfg(any(feature = "pg17", feature = "pg18"))]
     let xact = unsafe { (*pg_sys::MyProc).vxid.lxid };

@@ -2,7 +2,11 @@
 -- message, DETAIL and HINT in one deterministic line.
 CREATE EXTENSION vector;
 CREATE EXTENSION tributary;
-SELECT extname, extversion FROM pg_extension WHERE extname IN ('vector', 'tributary') ORDER BY 1;
+-- pgvector's version differs by major (0.8.0 from Debian, 0.8.5 in PostgreSQL 16's wheel): what
+-- matters is that it has halfvec (0.7.0 and later).
+SELECT extname, CASE WHEN extname = 'vector' THEN 'halfvec: ' || (string_to_array(extversion, '.')::int[] >= '{0,7,0}')
+                     ELSE extversion END AS version
+FROM pg_extension WHERE extname IN ('vector', 'tributary') ORDER BY 1;
 -- The installation's directories as $libdir and $sharedir in messages: the same output on every
 -- PostgreSQL. SECURITY DEFINER: pg_config is readable by superusers only.
 CREATE FUNCTION mask_dirs(msg text) RETURNS text LANGUAGE sql SECURITY DEFINER AS $$
