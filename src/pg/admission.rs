@@ -105,8 +105,9 @@ pub fn class_of(estimated_tokens: usize) -> Class {
         Priority::Bulk => Class::Bulk,
         Priority::Background => Class::Background,
         Priority::Auto => {
-            // SAFETY: a plain read of a backend global.
-            if unsafe { pg_sys::IsBackgroundWorker } {
+            // SAFETY: a plain read of a backend global. (MyBackendType, not IsBackgroundWorker:
+            // PostgreSQL 17 replaced that variable with a macro over MyBackendType.)
+            if unsafe { pg_sys::MyBackendType } == pg_sys::BackendType::B_BG_WORKER {
                 Class::Background
             } else if estimated_tokens <= gucs::interactive_tokens() {
                 Class::Interactive
