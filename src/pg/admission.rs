@@ -21,7 +21,7 @@
 //! higher priority has a waiter, so a free slot goes to interactive work first, then bulk, then
 //! background. Interactive runs first try the slots kept for them, which bulk never takes: with
 //! one kept slot, a short query runs beside bulk runs instead of waiting for one to end (measured
-//! in benches/load.sh, BENCHMARKS.md), and costs them only the CPU time it uses.
+//! in benches/priority.sh, BENCHMARKS.md "Priorities"), and costs them only the CPU time it uses.
 //!
 //! **No starvation.** The head of the bulk or background queue that has spent [`PROMOTE_AFTER`]
 //! giving way (waiting while work of a higher priority waited too) joins the interactive queue,
@@ -86,20 +86,22 @@ impl Class {
     }
 }
 
-/// Estimated tokens of `texts` for `tributary.priority = auto`: each text's bytes / 4 (English
-/// averages about 4 bytes per WordPiece token), at most the model's window of `max_length`
-/// tokens, plus 2 special tokens ([CLS], [SEP]) per text.
-pub fn estimated_tokens(texts: &[&str], max_length: usize) -> usize {
-    texts
-        .iter()
-        .map(|t| (t.len() / 4).min(max_length) + 2)
-        .sum()
+/// Whether `texts` fit in `limit` estimated tokens, for `tributary.priority = auto`: each text's
+/// bytes / 4 (English averages about 4 bytes per WordPiece token), at most the model's window of
+/// `max_length` tokens, plus 2 special tokens ([CLS], [SEP]) per text. Stops reading at the
+/// first text past the limit.
+fn fits(texts: &[&str], max_length: usize, limit: usize) -> bool {
+    let mut total = 0usize;
+    texts.iter().all(|t| {
+        total += (t.len() / 4).min(max_length) + 2;
+        total <= limit
+    })
 }
 
-/// The priority of a call of `estimated_tokens` ([`estimated_tokens`]) under
+/// The priority of a call of `texts` for a model with a window of `max_length` tokens under
 /// `tributary.priority`: `auto` is background in a background worker (jobs), interactive up to
-/// `tributary.interactive_tokens`, bulk above.
-pub fn class_of(estimated_tokens: usize) -> Class {
+/// `tributary.interactive_tokens` estimated tokens ([`fits`]), bulk above.
+pub fn class_of(texts: &[&str], max_length: usize) -> Class {
     match gucs::priority() {
         Priority::Interactive => Class::Interactive,
         Priority::Bulk => Class::Bulk,
@@ -109,7 +111,7 @@ pub fn class_of(estimated_tokens: usize) -> Class {
             // PostgreSQL 17 replaced that variable with a macro over MyBackendType.)
             if unsafe { pg_sys::MyBackendType } == pg_sys::BackendType::B_BG_WORKER {
                 Class::Background
-            } else if estimated_tokens <= gucs::interactive_tokens() {
+            } else if fits(texts, max_length, gucs::interactive_tokens()) {
                 Class::Interactive
             } else {
                 Class::Bulk
@@ -277,21 +279,22 @@ impl CpuRuns {
         let lock_timeout = unsafe { pg_sys::LockTimeout };
         let mut queue = head.unwrap_or_else(|| InQueue::wait_head(self.class));
         let mut at = self.class;
+        // Interactive runs may also take the kept slots; a promoted bulk run may not.
+        let slots = if self.class == Class::Interactive {
+            0..cap + kept
+        } else {
+            0..cap
+        };
         // Time this head has spent while work of a higher priority waited too.
         let mut yielded = Duration::ZERO;
         let mut last = Instant::now();
         loop {
-            let slots = if self.class == Class::Interactive {
-                0..cap + kept
-            } else {
-                0..cap
-            };
             let behind = at != Class::Interactive && higher_waiting(at);
             if behind {
                 yielded += last.elapsed();
             }
             last = Instant::now();
-            if !behind && take_free(slots).is_some() {
+            if !behind && take_free(slots.clone()).is_some() {
                 break;
             }
             let waited = started.elapsed();

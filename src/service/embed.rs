@@ -47,7 +47,7 @@ pub(crate) fn embed_with(
     let emb = catalog::with_embedder(model, |e| {
         // A CPU run slot (tributary.max_cpu_runs) per ONNX Runtime run, given back at the end,
         // at the call's priority (tributary.priority).
-        let class = admission::class_of(admission::estimated_tokens(texts, model.max_length));
+        let class = admission::class_of(texts, model.max_length);
         let mut runs = CpuRuns::new(!e.provider().is_gpu(), class);
         e.embed_prompted(texts, &prefix, gucs::max_batch_tokens(), &mut |step| {
             pgrx::check_for_interrupts!();
