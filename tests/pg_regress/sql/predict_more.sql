@@ -8,7 +8,7 @@ CREATE SCHEMA pm;
 -- next to the query, 4 labelled rows far from it.
 CREATE TABLE pm.near (id int PRIMARY KEY, label text, e vector(3), guess text);
 INSERT INTO pm.near SELECT i, NULL, ARRAY[1, i * 0.0001, 0]::vector(3) FROM generate_series(1, 300) i;
-INSERT INTO pm.near VALUES (1001, 'b', '[0,1,0]'), (1002, 'b', '[0,1,0.1]'), (1003, 'c', '[0,0,1]'), (1004, 'b', '[0.1,1,0]');
+INSERT INTO pm.near VALUES (1001, 'b', '[0,1,0]'), (1002, 'b', '[-0.01,1,0.1]'), (1003, 'c', '[-0.1,0,1]'), (1004, 'b', '[0.1,1,0]');
 CREATE INDEX ON pm.near USING hnsw (e vector_cosine_ops) WITH (m = 4, ef_construction = 8);
 ANALYZE pm.near;
 SET enable_seqscan = off;
