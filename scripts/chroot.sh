@@ -45,7 +45,7 @@ chroot_run() {  # chroot_run ROOT CMD...
   _chroot_bind "$root" "$HOME/.cargo"
   _chroot_bind "$root" "$HOME/.rustup"
   _chroot_bind "$root" "$CHROOT_CHECKOUT"
-  _chroot_sudo cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+  _chroot_sudo cp /etc/resolv.conf /etc/hosts "$root/etc/" 2>/dev/null || true
   _chroot_sudo env -i HOME="$HOME" PATH="$HOME/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin" LANG=C.UTF-8 TERM=dumb \
     CARGO_HOME="$HOME/.cargo" RUSTUP_HOME="$HOME/.rustup" \
     chroot "$root" "$@" || rc=$?

@@ -3,10 +3,11 @@
 #
 #   scripts/setup.sh
 #       Development and tests, on a fresh Debian 12 machine (as root, or with sudo): PostgreSQL 15
-#       and its headers (Debian's packages), PostgreSQL 16 from a PyPI wheel (scripts/pg16_wheel.sh)
-#       and 17 and 18 built from Debian's source packages (scripts/build_pg.sh) into private
-#       prefixes (cached under /var/cache/tributary),
-#       pgvector in each (see pgvector_ensure), cargo-pgrx 0.18.0, the ONNX Runtime 1.31.1 shared
+#       and its headers (Debian's packages), PostgreSQL 16 from a PyPI wheel (scripts/pg16_wheel.sh),
+#       17 from Debian trixie's binary packages inside a trixie root (scripts/pg17_chroot.sh; its
+#       pgvector is trixie's package) and 18 built from Debian's source package
+#       (scripts/build_pg.sh), each cached under /var/cache/tributary, pgvector in 16 and 18
+#       (see pgvector_ensure), cargo-pgrx 0.18.0, the ONNX Runtime 1.31.1 shared
 #       library (from the PyPI wheel), a Python venv for model preparation, the default model
 #       (all-MiniLM-L6-v2, exported to ONNX), ONNX Runtime and the model installed into each
 #       PostgreSQL, and the extension's release build installed into the system's PostgreSQL 15.
@@ -187,11 +188,11 @@ PY
 # (where tributary.ort_library and tributary.model_dir look when empty), and older versions' install
 # scripts (sql/versions/*.sql, when present) next to the current one. Readable by everyone: the
 # postgres OS user loads them.
-install_runtime() {
-  local pgc=$1 pkglib share ext s
-  pkglib=$("$pgc" --pkglibdir)/tributary
-  share=$("$pgc" --sharedir)/tributary
-  ext=$("$pgc" --sharedir)/extension
+install_runtime() {  # install_runtime PG_CONFIG
+  install_runtime_at "$("$1" --pkglibdir)" "$("$1" --sharedir)"
+}
+install_runtime_at() {  # install_runtime_at PKGLIBDIR SHAREDIR
+  local pkglib=$1/tributary share=$2/tributary ext=$2/extension s
   s=$(sudo_for "$pkglib")
   $s mkdir -p "$pkglib"
   $s cp -u ort/lib/libonnxruntime.so.$ORT_VERSION ort/lib/libonnxruntime_providers_shared.so "$pkglib/"
@@ -254,18 +255,21 @@ apt_ensure postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo lz4 pk
 # PostgreSQL 16's wheel).
 venv_ensure
 
-# 3. PostgreSQL 16 from its PyPI wheel, 17 and 18 from source (each cached), and pgvector in each
-# PostgreSQL. A major that cannot be had is reported and left out; scripts/test.sh fails its steps.
-pg_configs=("$PG15_CONFIG")
+# 3. PostgreSQL 16 from its PyPI wheel, 17 in a Debian trixie root from trixie's binary packages
+# (with its pgvector), 18 from source (each cached), and pgvector in 16 and 18. A major that cannot
+# be had is reported and left out; scripts/test.sh then fails its steps.
+pg_configs=("$PG15_CONFIG") pg17_root=""
 for m in $majors; do
-  [ "$m" = 15 ] && continue
-  if [ "$m" = 16 ]; then
-    log "PostgreSQL 16 (scripts/pg16_wheel.sh)"
-    builder=scripts/pg16_wheel.sh
-  else
-    log "PostgreSQL $m (scripts/build_pg.sh)"
-    builder=scripts/build_pg.sh
-  fi
+  case "$m" in
+    15) continue ;;
+    16) log "PostgreSQL 16 (scripts/pg16_wheel.sh)"; builder=scripts/pg16_wheel.sh ;;
+    17)
+      log "PostgreSQL 17 (scripts/pg17_chroot.sh)"
+      if r=$(bash scripts/pg17_chroot.sh | tail -1) && [ -f "$r/.tributary-built" ]; then pg17_root=$r
+      else echo "setup.sh: PostgreSQL 17's trixie root could not be made; it is left out" >&2; fi
+      continue ;;
+    *) log "PostgreSQL $m (scripts/build_pg.sh)"; builder=scripts/build_pg.sh ;;
+  esac
   if pgc=$(bash "$builder" "$m" | tail -1) && [ -x "$pgc" ]; then
     pg_configs+=("$pgc")
   else
@@ -277,6 +281,11 @@ for pgc in "${pg_configs[@]}"; do pgvector_ensure "$pgc"; done
 # 4. cargo-pgrx, and its configuration for each major (entries only added).
 cargo_pgrx_ensure
 for pgc in "${pg_configs[@]}"; do pgrx_init_add "$pgc"; done
+if [ -n "$pg17_root" ]; then  # inside the root, its own ~/.pgrx (the host's toolchain is mounted in)
+  source scripts/chroot.sh
+  grep -qs '^pg17 = ' "$pg17_root$HOME/.pgrx/config.toml" \
+    || chroot_run "$pg17_root" cargo pgrx init --pg17 /usr/lib/postgresql/17/bin/pg_config >/dev/null
+fi
 
 # 5. ONNX Runtime shared library from the PyPI wheel.
 ort_ensure
@@ -305,5 +314,9 @@ log "all-mpnet-base-v2 (MPNet) -> ONNX: tributary's export and a standard export
 # 7. ONNX Runtime and the models into each PostgreSQL; the extension's release build into the
 # system's PostgreSQL 15 (scripts/test.sh installs its own builds into the private 16, 17 and 18).
 for pgc in "${pg_configs[@]}"; do install_runtime "$pgc"; done
+# 17's pg_config runs inside its root only: Debian's layout there.
+if [ -n "$pg17_root" ]; then
+  install_runtime_at "$pg17_root/usr/lib/postgresql/17/lib" "$pg17_root/usr/share/postgresql/17"
+fi
 install_extension "$PG15_CONFIG"
-log "setup done: tributary installed into $($PG15_CONFIG --version); runtime and models in: $(for p in "${pg_configs[@]}"; do "$p" --version; done | paste -sd, -)"
+log "setup done: tributary installed into $($PG15_CONFIG --version); runtime and models in: $(for p in "${pg_configs[@]}"; do "$p" --version; done | paste -sd, -)${pg17_root:+, PostgreSQL 17 in $pg17_root}"

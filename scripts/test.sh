@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
+#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
+#      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
 #   1. model preparation tests (pytest, ort/scripts/test_export.py) and the benchmark report's
 #      arithmetic (benches/test_report.py; the benchmarks themselves are not tests)
-#   2. SQL golden tests (tests/pg_regress: input .sql, expected .out) on a throwaway cluster, on
-#      each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 16 17 18"; 15 is the system's,
-#      with the release build; 16 is the PyPI wheel of scripts/pg16_wheel.sh, 17 and 18 the
-#      private builds of scripts/build_pg.sh, each with a debug build of the extension installed
-#      into it); on 16, 17 and 18 also the update from 0.1.0, dump and restore with a job and the
-#      jobs' crash test (tests/integration/test_upgrade.py, test_dump_restore.py, test_jobs.py's
-#      crash test) on a cluster of that major with shared_preload_libraries
-#   3. integration tests from a client (tests/integration: cancel, progress, concurrency, and jobs
-#      in background workers with crash tests, on a second cluster with shared_preload_libraries)
+#   2. on each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 16 17 18"), through
+#      scripts/major_steps.sh: the SQL golden tests (tests/pg_regress: input .sql, expected .out)
+#      on a throwaway cluster of that major; on 16, 17 and 18 also clippy with that major's
+#      feature and the update from 0.1.0, dump and restore with a job and the jobs' crash test
+#      (tests/integration/test_upgrade.py, test_dump_restore.py, test_jobs.py's crash test) on a
+#      cluster with shared_preload_libraries. 15 is the system's (Debian's packages, with the
+#      release build setup installed), 16 the PyPI wheel of scripts/pg16_wheel.sh, 17 Debian
+#      trixie's packages in the root of scripts/pg17_chroot.sh (its steps run inside that root),
+#      18 the private build of scripts/build_pg.sh; 16, 17 and 18 get a debug build of the
+#      extension. A major that setup could not provide fails its steps.
+#   3. integration tests from a client (tests/integration: cancel, progress, concurrency, roles,
+#      and jobs in background workers with crash tests, on a second cluster with
+#      shared_preload_libraries), on 15
 #   4. the fidelity test: SQL embeddings against HF candle's BERT and a candle MPNet (tests/fidelity):
-#      all-MiniLM-L6-v2 and all-mpnet-base-v2, each as tributary's export and as a standard export
+#      all-MiniLM-L6-v2 and all-mpnet-base-v2, each as tributary's export and as a standard
+#      export, on 15
 #   5. in-backend tests (#[pg_test]) with cargo pgrx test, on each major
 #   6. last, a check that the system's PostgreSQL 15 holds the release build setup installed
 #      (cargo pgrx test pg15 installs its debug build there; setup's files are put back, also on
 #      an interrupt)
-# The other integration tests and the fidelity test run on PostgreSQL 15 only. Each step prints its
-# time.
-#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
-#      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
-# Ends with a line "N passed, N failed".
+# Each step prints its time. Ends with the number of tests that ran on each major (a major where
+# none ran is a failure) and a line "N passed, N failed" (steps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -50,7 +54,13 @@ sys_check() {
     echo "system PostgreSQL 15: tributary files differ from those setup installed (above)"; return 1
   fi
 }
-on_exit() { sys_restore; rm -rf "$sys_keep" "$sys_keep.sha256"; }
+# PostgreSQL 17's root (scripts/pg17_chroot.sh): nothing may stay mounted in it, even after an
+# interrupt in the middle of a step that ran inside.
+PG17_ROOT=${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg17-trixie
+on_exit() {
+  sys_restore; rm -rf "$sys_keep" "$sys_keep.sha256"
+  [ -d "$PG17_ROOT" ] && chroot_umount "$PG17_ROOT"
+}
 
 bash scripts/setup.sh || { echo "setup failed"; rm -rf "$sys_keep"; exit 1; }
 sys_files | while read -r f; do cp -p "$f" "$sys_keep/"; done
@@ -58,6 +68,7 @@ sys_files | xargs -r sha256sum >"$sys_keep.sha256"
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 source scripts/cluster.sh
+source scripts/chroot.sh
 
 passed=0; failed=0; failures=()
 step() {  # step NAME COMMAND...
@@ -70,12 +81,43 @@ step() {  # step NAME COMMAND...
 t_start=$(date +%s)
 majors=${TRIBUTARY_PG_MAJORS:-15 16 17 18}
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major (scripts/pg16_wheel.sh's for 16,
-  # scripts/build_pg.sh's for 17, 18)
-  if [ "$1" = 15 ]; then echo "$PG15_CONFIG"
-  else echo "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1/bin/pg_config"; fi
+pg_config_for() {  # pg_config_for MAJOR: the pg_config of that major: Debian's for 15,
+  # scripts/pg16_wheel.sh's for 16, the one inside scripts/pg17_chroot.sh's root (a path inside
+  # the root) for 17, scripts/build_pg.sh's for 18
+  case "$1" in
+    15) echo "$PG15_CONFIG" ;;
+    17) echo /usr/lib/postgresql/17/bin/pg_config ;;
+    *) echo "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1/bin/pg_config" ;;
+  esac
 }
-
+# in_major STEP MAJOR: scripts/major_steps.sh's STEP for that major; 17's run inside its trixie
+# root, with the root's own Python (psycopg, pytest) and build outputs apart (target/trixie: the
+# root's libc and clang).
+in_major() {
+  local pgc; pgc=$(pg_config_for "$2")
+  if [ "$2" = 17 ]; then
+    [ -f "$PG17_ROOT/.tributary-built" ] || {
+      echo "no PostgreSQL 17: $PG17_ROOT is missing or incomplete (scripts/pg17_chroot.sh failed?)"; return 1; }
+    chroot_run "$PG17_ROOT" env TRIBUTARY_PYTHON=python3 CARGO_TARGET_DIR="$ROOT/target/trixie" \
+      TRIBUTARY_COUNTS="$counts" bash "$ROOT/scripts/major_steps.sh" "$1" "$2" "$pgc"
+  else
+    TRIBUTARY_COUNTS="$counts" bash scripts/major_steps.sh "$1" "$2" "$pgc"
+  fi
+}
+# How many tests ran, per PostgreSQL major (or "none" for the tests without PostgreSQL): a line
+# "MAJOR<TAB>STEP<TAB>N" per step, in the checkout (17's steps write it from inside the root).
+counts=$ROOT/target/tributary-test-counts.tsv
+mkdir -p "$ROOT/target" && : >"$counts"
+source scripts/test_counts.sh
+counted() {  # counted KIND MAJOR WHAT CMD...: runs CMD, records how many tests ran (KIND's output)
+  local kind=$1 major=$2 what=$3 log rc; shift 3
+  log=$(mktemp /tmp/tributary-test-log.XXXXXX)
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  printf '%s\t%s\t%s\n' "$major" "$what" "$(tests_ran "$kind" "$log")" >>"$counts"
+  rm -f "$log"
+  return "$rc"
+}
 
 # The postgres OS user runs the test clusters; it must be able to read the crate.
 chmod -R a+rX "$ROOT" 2>/dev/null || true
@@ -83,51 +125,22 @@ chmod -R a+rX "$ROOT" 2>/dev/null || true
 # 0. Format and lint gates, and the engine's own tests (crates/engine: no PostgreSQL needed).
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
-step "engine unit tests (cargo test -p tributary-engine)" cargo test -p tributary-engine
+step "engine unit tests (cargo test -p tributary-engine)" counted cargo none engine cargo test -p tributary-engine
 
 # 1. Model preparation.
-step "export_model, benchmark report (pytest)" .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py
+step "export_model, benchmark report (pytest)" counted pytest none export .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py
 
-# 5. In-backend tests. cargo pgrx test refuses to run initdb as root: --runas.
-pgrx_test() {  # pgrx_test MAJOR
-  local args=("pg$1") src=$ROOT
-  if [ "$(id -u)" = 0 ]; then
-    args+=(--runas postgres --pgdata "/tmp/tributary-pgrx-test-$1")
-    # The postgres user must be able to read the crate; a checkout under a private directory
-    # (such as /root) is copied to /tmp first, build outputs left behind.
-    if ! sudo -u postgres test -r "$ROOT/Cargo.toml"; then
-      src=/tmp/tributary-pgrx-src
-      rm -rf "$src" && mkdir -p "$src"
-      tar -C "$ROOT" --exclude=./target --exclude=./.venv -cf - . | tar -C "$src" -xf -
-      chmod -R a+rX "$src"
-    fi
-  fi
-  rm -rf "/tmp/tributary-pgrx-test-$1"
-  # On 15 this installs the debug (pg_test) build into the system's PostgreSQL: sys_check puts
-  # back what was there.
-  (cd "$src" && cargo pgrx test "${args[@]}")
-}
+# 2. On each major: clippy with its feature, the golden tests, and (on all but 15, whose
+# integration tests below include them) the update, dump/restore and crash tests.
+for m in $majors; do
+  [ "$m" = 15 ] || step "cargo clippy -D warnings, PostgreSQL $m" in_major clippy "$m"
+  step "SQL golden tests (pg_regress), PostgreSQL $m" in_major golden "$m"
+  [ "$m" = 15 ] || step "update from 0.1.0, dump and restore, jobs' crash test, PostgreSQL $m" in_major jobs "$m"
+done
 
-# 2-4 share one throwaway cluster.
+# 3-4 share one throwaway cluster of 15.
 cluster_destroy test
 cluster_start test 55433 || { echo "could not start the test cluster"; exit 1; }
-
-regress() {  # regress PG_CONFIG: on the running cluster
-  local out=/tmp/tributary-test/regress pg_regress
-  pg_regress=$("$1" --pkglibdir)/pgxs/src/test/regress/pg_regress
-  rm -rf "$out"; mkdir -p "$out"
-  [ "$(id -u)" = 0 ] && chown postgres "$out"
-  cluster_psql -c "DROP DATABASE IF EXISTS tributary_regress" -c "CREATE DATABASE tributary_regress"
-  local tests; tests=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//' | grep -v '^setup$' | tr '\n' ' ')
-  # --bindir: psql of that major (the PyPI build of 16 was configured for another prefix).
-  "$pg_regress" --bindir="$("$1" --bindir)" \
-    --use-existing --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=tributary_regress \
-    --inputdir=tests/pg_regress --outputdir="$out" setup $tests
-  local rc=$?
-  [ $rc -ne 0 ] && [ -f "$out/regression.diffs" ] && cat "$out/regression.diffs"
-  return $rc
-}
-step "SQL golden tests (pg_regress), PostgreSQL 15" regress "$PG15_CONFIG"
 
 integration() {
   cluster_psql -c "DROP DATABASE IF EXISTS tributary_it" -c "CREATE DATABASE tributary_it"
@@ -147,7 +160,7 @@ max_worker_processes = 16" cluster_start jobs 55437 || return 1
   export PGHOST=$main_host PGPORT=$main_port
   return $rc
 }
-step "integration tests (pytest), PostgreSQL 15" integration
+step "integration tests (pytest), PostgreSQL 15" counted pytest 15 integration integration
 
 fidelity() {  # the default model and its standard export; MPNet, tributary's and standard export
   local ckpt rc=0
@@ -163,75 +176,24 @@ fidelity() {  # the default model and its standard export; MPNet, tributary's an
     cargo test --profile fidelity --manifest-path tests/fidelity/Cargo.toml -- --nocapture || rc=1
   return $rc
 }
-step "fidelity vs candle, PostgreSQL 15" fidelity
+step "fidelity vs candle, PostgreSQL 15" counted cargo 15 fidelity fidelity
 
 cluster_destroy test
-
-# PostgreSQL 16, 17 and 18: a debug build of the extension (faster to build than the fat-LTO release;
-# the golden tests check results, not speed) into the private prefix, then the golden tests on a
-# throwaway cluster of that major.
-other_major() {  # other_major MAJOR
-  local pgc; pgc=$(pg_config_for "$1")
-  [ -x "$pgc" ] || { echo "no PostgreSQL $1 at $pgc (scripts/build_pg.sh $1 failed?)"; return 1; }
-  cargo pgrx install --pg-config "$pgc" >/dev/null || return 1
-  local PGBIN; PGBIN=$("$pgc" --bindir)
-  cluster_destroy "test$1"
-  cluster_start "test$1" "$((55400 + $1))" || return 1
-  regress "$pgc"
-  local rc=$?
-  cluster_destroy "test$1"
-  return $rc
-}
-# On each other major: the update path from 0.1.0, dump and restore with a job, and the jobs'
-# crash test (kill -9 of workers, immediate stop), on a cluster of that major with tributary in
-# shared_preload_libraries (the debug build other_major installed).
-other_major_jobs() {  # other_major_jobs MAJOR
-  local pgc PGBIN rc name="jobs$1"
-  pgc=$(pg_config_for "$1"); PGBIN=$("$pgc" --bindir)
-  cluster_destroy "$name"
-  CLUSTER_EXTRA_CONF="shared_preload_libraries = 'tributary'
-max_worker_processes = 16" cluster_start "$name" "$((55500 + $1))" || return 1
-  cluster_psql -c "CREATE DATABASE tributary_jobs"
-  TRIBUTARY_JOBS_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=tributary_jobs" \
-  TRIBUTARY_JOBS_PGDATA=/tmp/tributary-$name/data TRIBUTARY_PGBIN=$PGBIN \
-    .venv/bin/python -m pytest -q tests/integration/test_upgrade.py tests/integration/test_dump_restore.py \
-      "tests/integration/test_jobs.py::test_crash_kill9_and_immediate_stop_embed_every_row_exactly_once"
-  rc=$?
-  cluster_destroy "$name"
-  return $rc
-}
-# A major whose source package the archive does not serve (scripts/build_pg.sh exit 3) is
-# reported as skipped, with the reason, and counted apart: not passed, not hidden.
-skipped=0; skips=()
-unavailable() {  # unavailable MAJOR: true (and the reason recorded) when its source cannot be had
-  local f=${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$1.unavailable
-  [ "$1" != 15 ] && [ ! -x "$(pg_config_for "$1")" ] && [ -f "$f" ] || return 1
-  skipped=$((skipped + 1)); skips+=("PostgreSQL $1: $(cat "$f")")
-  printf '\n==== PostgreSQL %s: SKIPPED (%s)\n' "$1" "$(cat "$f")"
-}
-for m in $majors; do
-  [ "$m" = 15 ] && continue
-  unavailable "$m" && continue
-  step "cargo clippy -D warnings, PostgreSQL $m" \
-    cargo clippy -p tributary --no-default-features --features "pg$m" --all-targets -- -D warnings
-  step "SQL golden tests (pg_regress), PostgreSQL $m" other_major "$m"
-  step "update from 0.1.0, dump and restore, jobs' crash test, PostgreSQL $m" other_major_jobs "$m"
-done
 
 # In-backend tests on each major, last: on 15 cargo pgrx test installs its own (debug, pg_test)
 # build into the system's PostgreSQL; the steps above tested the release build there.
 for m in $majors; do
-  [ "$m" != 15 ] && [ ! -x "$(pg_config_for "$m")" ] && [ -f "${TRIBUTARY_PG_CACHE:-/var/cache/tributary}/pg$m.unavailable" ] && continue
-  if [ "$m" = 15 ] || [ -x "$(pg_config_for "$m")" ]; then
-    step "cargo pgrx test, PostgreSQL $m" pgrx_test "$m"
-  else
-    step "cargo pgrx test, PostgreSQL $m" false
-  fi
+  step "cargo pgrx test, PostgreSQL $m" in_major pgrx "$m"
 done
 step "system PostgreSQL 15 left with the release build setup installed" sys_check
 echo
 echo "total: $(( $(date +%s) - t_start )) s after setup"
+echo "tests that ran, per PostgreSQL major (target/tributary-test-counts.tsv):"
+awk -F'\t' '{n[$1] += $3; d[$1] = d[$1] (d[$1] == "" ? "" : ", ") $2 " " $3}
+  END {for (m in n) printf "  %s: %d tests (%s)\n", (m == "none" ? "no PostgreSQL" : "PostgreSQL " m), n[m], d[m]}' "$counts" | sort
+for m in $majors; do
+  grep -q "^$m	" "$counts" || { echo "  PostgreSQL $m: no tests ran"; failed=$((failed + 1)); failures+=("PostgreSQL $m: no tests ran"); }
+done
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
-[ ${#skips[@]} -gt 0 ] && printf 'skipped: %s\n' "${skips[@]}"
-echo "$passed passed, $failed failed, $skipped PostgreSQL majors skipped"
+echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
