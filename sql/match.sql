@@ -45,11 +45,12 @@ ALTER FUNCTION _match_threshold(double precision[], text) SET SCHEMA tributary;
 ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SET SCHEMA tributary;
 
 -- The text of a row's key: `t.id::text` for a one-column primary key, `ROW(t.a, t.b)::text`
--- (`(1,x)`) for a composite one. 42P10 when `tbl` has no primary key.
+-- (`(1,x)`) for a composite one; for a partitioned table over postgres_fdw shards, the shards'
+-- primary key (tributary._shard_key_columns). 42P10 when `tbl` has no primary key.
 CREATE FUNCTION tributary._match_key(tbl regclass, alias text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    cols text[] := tributary._key_columns(tbl);
+    cols text[] := coalesce(tributary._key_columns(tbl), tributary._shard_key_columns(tbl));
 BEGIN
     IF cols IS NULL THEN
         RAISE EXCEPTION 'relation "%" has no primary key', tbl USING ERRCODE = '42P10',
@@ -125,6 +126,7 @@ DECLARE
     old_iter text := current_setting('hnsw.iterative_scan', true);
     report boolean;
     near text;
+    same text;
     fill_sql text;
     pair_order text;
     i int;
@@ -229,12 +231,14 @@ BEGIN
     pair_order := CASE WHEN self THEN 'least(a, b), greatest(a, b)' ELSE 'a, b' END;
     near := 'SELECT %s, ''c'' FROM (SELECT x.key AS a, y.key AS b FROM pg_temp.tributary_match_%s x
                  CROSS JOIN LATERAL (SELECT z.key FROM pg_temp.tributary_match_%s z
-                                      WHERE z.e IS NOT NULL AND z.key <> x.key
+                                      WHERE z.e IS NOT NULL%s
                                       ORDER BY z.e OPERATOR(%s.<=>) x.e LIMIT %s) y
                 WHERE x.e IS NOT NULL) p ON CONFLICT DO NOTHING';
-    EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, pair_order, 'l', 'r', vec, k);
+    -- Never a row with itself; two tables' rows with equal keys are candidates like any others.
+    same := CASE WHEN self THEN ' AND z.key <> x.key' ELSE '' END;
+    EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, pair_order, 'l', 'r', same, vec, k);
     IF NOT self THEN
-        EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, 'b, a', 'r', 'l', vec, k);
+        EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, 'b, a', 'r', 'l', same, vec, k);
     END IF;
     -- And blocking on rare values: pairs that agree exactly (case and spaces aside) on a short
     -- column's value that at most k rows of each side hold (an id, a date, a phone number):
@@ -248,12 +252,12 @@ BEGIN
                   rare AS (SELECT x FROM lv GROUP BY x HAVING count(*) <= $2
                            INTERSECT SELECT x FROM rv GROUP BY x HAVING count(*) <= $2)
              SELECT %s, ''c'' FROM (SELECT lv.key AS a, rv.key AS b FROM lv JOIN rv ON rv.x = lv.x
-                                     WHERE lv.x IN (SELECT x FROM rare) AND lv.key <> rv.key) p
+                                     WHERE lv.x IN (SELECT x FROM rare) AND (NOT $3 OR lv.key <> rv.key)) p
              ON CONFLICT DO NOTHING', pair_order)
-          USING i, k;
+          USING i, k, self;
     END LOOP;
-    PERFORM set_config('hnsw.ef_search', coalesce(old_ef, '40'), true);
-    PERFORM set_config('hnsw.iterative_scan', coalesce(old_iter, 'off'), true);
+    PERFORM set_config('hnsw.ef_search', coalesce(nullif(old_ef, ''), '40'), true);
+    PERFORM set_config('hnsw.iterative_scan', coalesce(nullif(old_iter, ''), 'off'), true);
     INSERT INTO pg_temp.tributary_match_c
     SELECT l.key, r.key, 'u'
       FROM (SELECT key, row_number() OVER (ORDER BY md5(key)) - 1 AS i FROM pg_temp.tributary_match_l) l
@@ -268,9 +272,9 @@ BEGIN
              SELECT %s, CASE WHEN bool_or(s.is_match) THEN ''m'' ELSE ''n'' END
                FROM (SELECT x.left_key::text AS a, x.right_key::text AS b, x.is_match FROM %s x WHERE x.is_match IS NOT NULL) s
               WHERE s.a IN (SELECT key FROM pg_temp.tributary_match_l) AND s.b IN (SELECT key FROM pg_temp.tributary_match_r)
-                AND s.a <> s.b
+                AND (NOT $1 OR s.a <> s.b)
               GROUP BY 1, 2
-             ON CONFLICT DO NOTHING', pair_order, labels);
+             ON CONFLICT DO NOTHING', pair_order, labels) USING self;
     END IF;
 
     t_cand := extract(epoch FROM clock_timestamp() - t0) - t_embed;
@@ -412,11 +416,12 @@ LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH ends AS (SELECT s.lk AS node, s.rk AS other, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s
+    -- (a row is told apart by its side too: two tables may share key values)
+    WITH ends AS (SELECT 'l' AS side, s.lk AS node, s.rk AS other, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s
                   UNION ALL
-                  SELECT s.rk, s.lk, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s),
+                  SELECT 'r', s.rk, s.lk, s.lk, s.rk, s.score FROM pg_temp.tributary_match_s s),
          ranked AS (SELECT e.lk, e.rk, e.score,
-                           row_number() OVER (PARTITION BY CASE WHEN self THEN true ELSE e.node = e.lk END, e.node
+                           row_number() OVER (PARTITION BY CASE WHEN self THEN 'l' ELSE e.side END, e.node
                                               ORDER BY e.score DESC, e.other) AS rnk
                       FROM ends e WHERE e.score IS NOT NULL)
     SELECT r.lk, r.rk, min(r.score)
