@@ -53,7 +53,7 @@ COMMENT ON FUNCTION tributary._match_threshold(double precision[], text) IS 'Int
 COMMENT ON FUNCTION tributary._logistic_fit(double precision[], boolean[], double precision) IS 'Internal (tributary_match): logistic regression weights [intercept, w...] learned from labelled feature rows.';
 COMMENT ON FUNCTION tributary.label_kind(regclass, name, text) IS 'Internal (tributary_predict): whether a label column is a category or a number.';
 COMMENT ON FUNCTION tributary.embedding_type(regclass, name) IS 'Internal (tributary_predict): the vector type of an embedding column.';
-COMMENT ON FUNCTION tributary.row_key(regclass, text) IS 'Internal (tributary_predict): the jsonb key expression of a table''s rows (primary key, else ctid).';
+COMMENT ON FUNCTION tributary.row_key(regclass, text) IS 'Internal (tributary_predict): the jsonb key expression of a table''s rows (primary key, else the shards'' primary key for a table over postgres_fdw shards, else ctid).';
 COMMENT ON FUNCTION tributary.knn_vote(text[], double precision[]) IS 'Internal (tributary_predict): similarity-weighted vote over neighbour labels.';
 COMMENT ON FUNCTION tributary.knn_mean(double precision[], double precision[]) IS 'Internal (tributary_predict): similarity-weighted mean and standard deviation of neighbour values.';
 COMMENT ON FUNCTION tributary._target_column(regclass, name, text, integer, text, text) IS 'Internal: checks a target column (vector or halfvec of the model''s dimension) and returns its type; 42703, 42804, 22000.';
@@ -65,7 +65,7 @@ COMMENT ON FUNCTION tributary_job_resume(bigint) IS 'Resumes a paused or failed 
 COMMENT ON FUNCTION tributary_job_cancel(bigint) IS 'Cancels a job of yours: no more batches; what was written stays.';
 COMMENT ON FUNCTION tributary_job_drop(bigint) IS 'Drops a job of yours: its queue, its triggers and its row in tributary.jobs; embeddings already written stay.';
 COMMENT ON FUNCTION tributary.workers() IS 'Job background workers and the launcher: pid, database, job, rows and batches; other roles'' workers are shown only to superusers and members of pg_read_all_stats.';
-COMMENT ON VIEW tributary.jobs IS 'The jobs of the roles you are a member of: state (waiting: running but no worker can serve it now, see waiting_for), mode, rows done, queued and failed, rows per second and seconds left, the workers embedding it, the last error.';
+COMMENT ON VIEW tributary.jobs IS 'The jobs of the roles you are a member of: state (waiting: running but no worker can serve it now, see waiting_for), mode, rows done, queued and failed, rows per second and seconds left, the workers embedding it, the last error; for a job on a table with foreign partitions, the sums of its parts on the shards (parts: each, as tributary.job_parts).';
 COMMENT ON VIEW tributary.job_errors IS 'Rows of your jobs that failed: key, SQLSTATE, message, attempts, and whether they wait for a retry, are queued again or were given up.';
 COMMENT ON TABLE tributary._jobs IS 'Internal: one row per job, with the statements its workers run (written only by the extension''s functions; see tributary.jobs).';
 COMMENT ON TABLE tributary._job_errors IS 'Internal: one row per failed key of a job (see tributary.job_errors).';
@@ -113,3 +113,18 @@ COMMENT ON FUNCTION tributary._jobs_added() IS 'Internal: the trigger on tributa
 COMMENT ON FUNCTION tributary_chunk(text, text, integer, integer) IS 'A long text as chunks that fit the model''s window, by its tokenizer, with overlap, on paragraph and sentence boundaries where possible: seq, chunk, start_char, end_char (0-based, end exclusive). 22023 for a chunk size below 1 or over the window, or an overlap not smaller than it.';
 COMMENT ON FUNCTION tributary_chunk_job_create(regclass, name, text, text, integer, integer, text, text) IS 'Creates a chunk table for a text column (one row per chunk, kept in step with the source by a trigger) and a continuous job that embeds the chunks; returns the job id.';
 COMMENT ON FUNCTION tributary_chunk_job_drop(bigint) IS 'Drops a chunk job: its embedding job and its trigger on the source (the chunk table stays).';
+
+-- Sharded jobs (sql/shards.sql)
+COMMENT ON TABLE tributary._sharded_jobs IS 'Internal: one row per job made on a partitioned table whose partitions are postgres_fdw foreign tables (a job on each shard; see tributary.job_parts).';
+COMMENT ON TABLE tributary._job_parts IS 'Internal: the parts of a sharded job: the coordinator''s foreign table, its server, the shard''s table and the job id there.';
+COMMENT ON FUNCTION tributary._sharded_owner(tributary._sharded_jobs) IS 'Internal: the role a sharded job acts as, the owner of its table.';
+COMMENT ON FUNCTION tributary._run_as_value(oid, text, jsonb) IS 'Internal: runs a statement that returns one jsonb value with a role''s rights (security-restricted), for the sharded jobs'' calls to their shards.';
+COMMENT ON FUNCTION tributary._job_parts_status(bigint) IS 'Internal: the parts of a sharded job with the state each shard reports now, for tributary.jobs and tributary.job_parts (NULL unless the calling role is a member of the job''s owner).';
+COMMENT ON FUNCTION tributary._job_parts_of(oid, bigint) IS 'Internal: tributary._job_parts_status() as the extension''s owner, for the calling role.';
+COMMENT ON FUNCTION tributary._shard_query(jsonb) IS 'Internal: a statement on a foreign server through dblink as the current role (its user mapping); its one jsonb value.';
+COMMENT ON FUNCTION tributary._shard_call(oid, oid, regclass, text, boolean) IS 'Internal: a statement on a shard as a job''s owner, its errors named by the shard.';
+COMMENT ON FUNCTION tributary._shard_leaves(regclass) IS 'Internal: the leaf partitions of a table with, for foreign tables, their server, wrapper and the shard''s table.';
+COMMENT ON FUNCTION tributary._sharded_job_create(oid, jsonb, regclass, oid) IS 'Internal: tributary_job_create() on a table with foreign partitions: the job on every shard, recorded here as one job with parts.';
+COMMENT ON FUNCTION tributary._sharded_job_op(oid, text, bigint) IS 'Internal: pause, resume, cancel or drop of a sharded job, on every part.';
+COMMENT ON VIEW tributary.job_parts IS 'The parts of your sharded jobs (jobs on a table whose partitions are postgres_fdw foreign tables): per partition, its server, the shard''s table and job id, and the state and counts the shard reports now (unreachable, with the error, when it cannot be reached).';
+COMMENT ON FUNCTION tributary._shard_key_columns(regclass) IS 'Internal: the primary key columns of the shards'' tables behind a partitioned table over postgres_fdw shards, when they agree (through dblink as the current role); else NULL.';

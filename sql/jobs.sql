@@ -23,7 +23,10 @@ ALTER FUNCTION _job_trigger() SET SCHEMA tributary;
 ALTER FUNCTION workers() SET SCHEMA tributary;
 ALTER FUNCTION _run_as(oid, text, jsonb) SET SCHEMA tributary;
 ALTER FUNCTION _job_service() SET SCHEMA tributary;
-REVOKE ALL ON FUNCTION tributary._wake_launcher(), tributary._run_as(oid, text, jsonb) FROM PUBLIC;
+ALTER FUNCTION _run_as_value(oid, text, jsonb) SET SCHEMA tributary;
+ALTER FUNCTION _job_parts_status(bigint) SET SCHEMA tributary;
+REVOKE ALL ON FUNCTION tributary._wake_launcher(), tributary._run_as(oid, text, jsonb),
+    tributary._run_as_value(oid, text, jsonb) FROM PUBLIC;
 -- The trigger of continuous jobs (owned by the extension's owner, so no job owner can alter it).
 REVOKE ALL ON FUNCTION tributary._job_trigger() FROM PUBLIC;
 
@@ -149,6 +152,41 @@ BEGIN
     RETURN n;
 END $$;
 
+-- Sharded jobs (sql/shards.sql): a job on a partitioned table whose partitions are postgres_fdw
+-- foreign tables is made of one job on each shard's table, made there through the foreign
+-- server (dblink, with the job owner's user mapping) and run by the shard's own workers. The
+-- coordinator keeps the job here and its parts below; their state is read from the shards when
+-- tributary.jobs or tributary.job_parts is read. Ids come from the same sequence as local jobs:
+-- a job id names one job of this database.
+CREATE TABLE tributary._sharded_jobs (
+    id         bigint PRIMARY KEY DEFAULT nextval('tributary._jobs_id_seq'),
+    name       text NOT NULL,
+    source     regclass NOT NULL,           -- the coordinator's partitioned table
+    owner      regrole NOT NULL,            -- its owner when the job was made (tributary._sharded_owner)
+    mode       text NOT NULL CHECK (mode IN ('once', 'continuous')),
+    args       jsonb NOT NULL,              -- the arguments each shard's tributary_job_create got
+    created_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (owner, name)
+);
+CREATE TABLE tributary._job_parts (
+    job_id        bigint NOT NULL REFERENCES tributary._sharded_jobs ON DELETE CASCADE,
+    partition     regclass NOT NULL,        -- the coordinator's foreign table
+    server        oid NOT NULL,             -- its foreign server (pg_foreign_server)
+    remote_schema text NOT NULL,            -- tributary's schema on the shard, quoted
+    remote_table  text NOT NULL,            -- the shard's table, schema-qualified, quoted
+    remote_job    bigint NOT NULL,          -- the part's job id on the shard
+    PRIMARY KEY (job_id, partition)
+);
+REVOKE ALL ON tributary._sharded_jobs, tributary._job_parts FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('tributary._sharded_jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('tributary._job_parts', '');
+
+-- The role a sharded job acts as: its table's owner (as tributary._job_owner).
+CREATE FUNCTION tributary._sharded_owner(s tributary._sharded_jobs) RETURNS oid
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT c.relowner FROM pg_class c WHERE c.oid = s.source), s.owner)
+$$;
+
 -- Status of the jobs the current role owns (or is a member of the owner of).
 -- rows_per_second: rows of the batches committed in the last minute (or since the job started,
 -- if later) over that time; seconds_left: rows_queued at that rate.
@@ -175,7 +213,8 @@ SELECT j.id, j.name,
        j.last_error, j.last_error_at, j.created_at, j.started_at, j.last_batch_at, j.finished_at,
        p.pids AS worker_pids,
        CASE WHEN j.state IN ('pending', 'running') AND s.workers_in_database = 0
-            THEN coalesce(s.waiting_for, 'a job worker to start') END AS waiting_for
+            THEN coalesce(s.waiting_for, 'a job worker to start') END AS waiting_for,
+       NULL::jsonb AS parts                  -- sharded jobs: their parts (tributary.job_parts)
 FROM tributary._jobs j
 CROSS JOIN tributary._job_service() s
 CROSS JOIN LATERAL (SELECT tributary._queued(j.queue) AS queued) q
@@ -188,7 +227,47 @@ CROSS JOIN LATERAL (
     LEFT JOIN tributary._job_batches b ON b.job_id = j.id AND b.finished_at > w.since) r
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(wk.pid ORDER BY wk.pid), '{}') AS pids FROM wk WHERE wk.job = j.id) p
-WHERE pg_has_role(tributary._job_owner(j), 'USAGE');
+WHERE pg_has_role(tributary._job_owner(j), 'USAGE')
+UNION ALL
+-- Sharded jobs: the sums of their parts as the shards report them now (tributary.job_parts
+-- for each part). state: unreachable when a shard cannot be reached, else failed when a part
+-- failed, else done / cancelled / paused when every part is, waiting when a part waits, else
+-- running.
+SELECT s.id, s.name, a.state, s.mode, s.source,
+       ARRAY(SELECT jsonb_array_elements_text(s.args->'columns')),
+       NULL::regclass, (s.args->>'target')::name, s.args->>'model', s.args->>'prompt',
+       (s.args->>'batch_size')::integer, (s.args->>'workers')::integer,
+       tributary._sharded_owner(s)::regrole,
+       a.rows_done, a.rows_truncated, a.rows_queued, a.rows_failed,
+       a.rows_done + coalesce(a.rows_queued, 0) + a.rows_failed,
+       a.rate, CASE WHEN a.rate > 0 THEN round(a.rows_queued / a.rate) END,
+       a.last_error, a.last_error_at, s.created_at, a.started_at, a.last_batch_at, a.finished_at,
+       '{}'::integer[], a.waiting_for, x.parts
+FROM tributary._sharded_jobs s
+CROSS JOIN LATERAL (SELECT tributary._job_parts_status(s.id) AS parts) x
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN bool_or(p->>'state' = 'unreachable') THEN 'unreachable'
+                WHEN bool_or(p->>'state' IN ('failed', 'missing')) THEN 'failed'
+                WHEN bool_and(p->>'state' = 'done') THEN 'done'
+                WHEN bool_and(p->>'state' = 'cancelled') THEN 'cancelled'
+                WHEN bool_and(p->>'state' = 'paused') THEN 'paused'
+                WHEN bool_or(p->>'state' = 'waiting') THEN 'waiting'
+                ELSE 'running' END AS state,
+           coalesce(sum((p->>'rows_done')::bigint), 0)::bigint AS rows_done,
+           coalesce(sum((p->>'rows_truncated')::bigint), 0)::bigint AS rows_truncated,
+           sum((p->>'rows_queued')::bigint)::bigint AS rows_queued,
+           coalesce(sum((p->>'rows_failed')::bigint), 0)::bigint AS rows_failed,
+           sum((p->>'rows_per_second')::numeric) AS rate,
+           string_agg(format('%s: %s', p->>'server', p->>'last_error'), '; ' ORDER BY p->>'server')
+               FILTER (WHERE p->>'last_error' IS NOT NULL) AS last_error,
+           max((p->>'last_error_at')::timestamptz) AS last_error_at,
+           min((p->>'started_at')::timestamptz) AS started_at,
+           max((p->>'last_batch_at')::timestamptz) AS last_batch_at,
+           CASE WHEN bool_and(p->>'finished_at' IS NOT NULL) THEN max((p->>'finished_at')::timestamptz) END AS finished_at,
+           string_agg(format('%s: %s', p->>'server', p->>'waiting_for'), '; ' ORDER BY p->>'server')
+               FILTER (WHERE p->>'waiting_for' IS NOT NULL) AS waiting_for
+    FROM jsonb_array_elements(coalesce(x.parts, '[]')) p) a
+WHERE pg_has_role(tributary._sharded_owner(s), 'USAGE');
 
 CREATE VIEW tributary.job_errors WITH (security_barrier) AS
 SELECT x.job_id, j.name AS job_name, x.key, x.sqlstate, x.message, x.detail, x.attempts, x.status,
@@ -368,6 +447,12 @@ BEGIN
             HINT = 'Jobs embed ordinary and partitioned tables; for a view, make the job on its base table.';
     END IF;
     src_from := CASE WHEN skind = 'r' THEN 'ONLY ' ELSE '' END || src;
+    -- Partitions that are foreign tables (postgres_fdw shards): a job on each shard, made there
+    -- (sql/shards.sql); the model, the key and the target are the shards'.
+    IF skind = 'p' AND EXISTS (SELECT 1 FROM pg_partition_tree(source) t JOIN pg_class r ON r.oid = t.relid
+                               WHERE t.isleaf AND r.relkind = 'f') THEN
+        RETURN tributary._sharded_job_create(caller, a, source, owner);
+    END IF;
 
     SELECT * INTO m FROM tributary.models x WHERE x.name = coalesce(model, current_setting('tributary.model'));
     IF NOT FOUND THEN
@@ -1010,8 +1095,13 @@ END $$;
 
 CREATE FUNCTION tributary._job_pause(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint);
+DECLARE j tributary._jobs;
 BEGIN
+    -- A sharded job: the operation on every part, on its shard (sql/shards.sql).
+    IF EXISTS (SELECT 1 FROM tributary._sharded_jobs x WHERE x.id = (a->>'job')::bigint) THEN
+        RETURN tributary._sharded_job_op(caller, 'pause', (a->>'job')::bigint);
+    END IF;
+    j := tributary._own_job(caller, (a->>'job')::bigint);
     IF j.state NOT IN ('pending', 'running', 'paused') THEN
         RAISE EXCEPTION 'job % is %, not pending or running', j.id, j.state USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
@@ -1022,11 +1112,16 @@ END $$;
 CREATE FUNCTION tributary._job_resume(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    j     tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint);
+    j     tributary._jobs;
     owner oid;
     msg   text;
     code  text;
 BEGIN
+    -- A sharded job: the operation on every part, on its shard (sql/shards.sql).
+    IF EXISTS (SELECT 1 FROM tributary._sharded_jobs x WHERE x.id = (a->>'job')::bigint) THEN
+        RETURN tributary._sharded_job_op(caller, 'resume', (a->>'job')::bigint);
+    END IF;
+    j := tributary._own_job(caller, (a->>'job')::bigint);
     IF j.state = 'cancelled' THEN
         RAISE EXCEPTION 'job % is cancelled', j.id USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'A cancelled job has dropped its queue; create a new job.';
@@ -1061,8 +1156,13 @@ END $$;
 
 CREATE FUNCTION tributary._job_cancel(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint, false);
+DECLARE j tributary._jobs;
 BEGIN
+    -- A sharded job: the operation on every part, on its shard (sql/shards.sql).
+    IF EXISTS (SELECT 1 FROM tributary._sharded_jobs x WHERE x.id = (a->>'job')::bigint) THEN
+        RETURN tributary._sharded_job_op(caller, 'cancel', (a->>'job')::bigint);
+    END IF;
+    j := tributary._own_job(caller, (a->>'job')::bigint, false);
     PERFORM tributary._job_cleanup(j);
     UPDATE tributary._jobs SET state = 'cancelled', finished_at = now() WHERE id = j.id;
     RETURN j.id;
@@ -1070,8 +1170,13 @@ END $$;
 
 CREATE FUNCTION tributary._job_drop(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE j tributary._jobs := tributary._own_job(caller, (a->>'job')::bigint, false);
+DECLARE j tributary._jobs;
 BEGIN
+    -- A sharded job: the operation on every part, on its shard (sql/shards.sql).
+    IF EXISTS (SELECT 1 FROM tributary._sharded_jobs x WHERE x.id = (a->>'job')::bigint) THEN
+        RETURN tributary._sharded_job_op(caller, 'drop', (a->>'job')::bigint);
+    END IF;
+    j := tributary._own_job(caller, (a->>'job')::bigint, false);
     PERFORM tributary._job_cleanup(j);
     DELETE FROM tributary._jobs WHERE id = j.id;
     RETURN j.id;

@@ -64,17 +64,21 @@ RETURNS text LANGUAGE sql STABLE AS $$
 $$;
 
 -- A jsonb expression that identifies a row of `tbl` aliased `alias`: its primary key columns
--- ({"track_id": 1}), or {"ctid": "(0,1)"} for a table without a primary key.
+-- ({"track_id": 1}); for a partitioned table over postgres_fdw shards, which has none, the
+-- shards' primary key (tributary._shard_key_columns, sql/shards.sql); else {"ctid": "(0,1)"}.
 CREATE FUNCTION tributary.row_key(tbl regclass, alias text)
-RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT coalesce(
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce(
         (SELECT 'jsonb_build_object(' || string_agg(format('%L, %I.%I', a.attname, alias, a.attname), ', ' ORDER BY k.ord) || ')'
            FROM pg_catalog.pg_index i
           CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
            JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
           WHERE i.indrelid = tbl AND i.indisprimary),
-        format('jsonb_build_object(''ctid'', %I.ctid::text)', alias))
-$$;
+        (SELECT 'jsonb_build_object(' || string_agg(format('%L, %I.%s', (parse_ident(c))[1], alias, c), ', ' ORDER BY o) || ')'
+           FROM unnest(tributary._shard_key_columns(tbl)) WITH ORDINALITY AS u(c, o)),
+        format('jsonb_build_object(''ctid'', %I.ctid::text)', alias));
+END $$;
 
 -- Weighted vote: the label with the largest sum of weights (ties: the smallest label), and that
 -- sum's share of all weights (0..1). NULL labels do not vote.

@@ -34,6 +34,8 @@ pgrx::extension_sql_file!(
         worker::_wake_launcher,
         worker::_job_call,
         worker::_run_as,
+        worker::_run_as_value,
+        worker::_job_parts_status,
         worker::workers,
         worker::_job_service
     ]
@@ -52,6 +54,10 @@ pgrx::extension_sql_file!(
     name = "chunks",
     requires = ["jobs", api::chunk::tributary_chunk]
 );
+
+// Jobs on partitioned tables whose partitions are postgres_fdw foreign tables: a job on each
+// shard (see the file's header).
+pgrx::extension_sql_file!("../sql/shards.sql", name = "shards", requires = ["jobs"]);
 
 // tributary_match and tributary_dedup (plpgsql over pgvector and the native helpers; see the
 // file's header).

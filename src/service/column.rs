@@ -213,6 +213,7 @@ impl Plan {
         if !matches!(relkind.map(|k| k as u8), Some(b'r') | Some(b'p')) {
             return Err(TributaryError::NotATable(relname));
         }
+        notice_foreign_partitions(tbl, &relname)?;
         // Privileges before names: a caller who may read nothing of the table learns nothing
         // of its columns (42501, not 42703). Per-column SELECT is checked by the reads themselves.
         let readable = Spi::get_one_with_args::<bool>(
@@ -270,6 +271,34 @@ impl Plan {
 }
 
 /// 42703 unless `tbl` has a column `column`.
+/// A NOTICE when some of `tbl`'s partitions are foreign tables (postgres_fdw shards): their rows
+/// are read from and written back through the foreign servers while the model runs here, so the
+/// shards' own CPUs or GPUs do nothing. A job on the table embeds on each shard instead
+/// (sql/shards.sql). README, "Past one server".
+fn notice_foreign_partitions(tbl: pg_sys::Oid, relname: &str) -> Result<()> {
+    let servers: Option<String> = Spi::get_one_with_args(
+        "SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(s.srvname), ', ')
+           FROM pg_catalog.pg_partition_tree($1) t
+           JOIN pg_catalog.pg_foreign_table f ON f.ftrelid = t.relid
+           JOIN pg_catalog.pg_foreign_server s ON s.oid = f.ftserver",
+        &[tbl.into()],
+    )
+    .map_err(spi_error)?;
+    if let Some(servers) = servers {
+        pgrx::pg_sys::panic::ErrorReport::new(
+            pgrx::PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
+            format!("tributary_embed_column embeds the foreign partitions of {relname} on this server"),
+            "tributary",
+        )
+        .set_detail(format!(
+            "Their rows are read from and written back through the foreign servers {servers}; the model runs here."
+        ))
+        .set_hint("tributary_job_create() on this table embeds on each shard, where the rows live (README, \"Past one server\").")
+        .report(PgLogLevel::NOTICE);
+    }
+    Ok(())
+}
+
 fn require_column(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<()> {
     let found = Spi::get_one_with_args::<bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \

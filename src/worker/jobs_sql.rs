@@ -70,6 +70,38 @@ pub(super) fn run_as(role: pg_sys::Oid, sql: &str, arg: Option<pgrx::JsonB>) {
     });
 }
 
+/// `tributary._run_as_value(role, sql, arg)`: `sql`'s one jsonb value as `role`, through
+/// [`as_user`](crate::pg::roles::as_user).
+pub(super) fn run_as_value(
+    role: pg_sys::Oid,
+    sql: &str,
+    arg: Option<pgrx::JsonB>,
+) -> Option<pgrx::JsonB> {
+    as_user(role, || {
+        match arg {
+            Some(a) => Spi::get_one_with_args::<pgrx::JsonB>(sql, &[a.into()]),
+            None => Spi::get_one::<pgrx::JsonB>(sql),
+        }
+        .map_err(spi_error)
+        .or_raise()
+    })
+}
+
+/// `tributary._job_parts_status(job)`: `tributary._job_parts_of(caller, job)` as the extension's
+/// owner, the caller being `GetUserId()` (as for [`job_call`]).
+pub(super) fn job_parts_status(job: i64) -> Option<pgrx::JsonB> {
+    // SAFETY: a plain read of the session's user state.
+    let caller = unsafe { pg_sys::GetUserId() };
+    as_role(extension_owner(), || {
+        Spi::get_one_with_args::<pgrx::JsonB>(
+            "SELECT tributary._job_parts_of($1, $2)",
+            &[caller.into(), job.into()],
+        )
+        .map_err(spi_error)
+        .or_raise()
+    })
+}
+
 /// Whether `tributary._job_sync_owner(bigint)` exists in this database (the extension's SQL is
 /// 0.5.0 or later): a library newer than a database's extension serves it until `ALTER
 /// EXTENSION tributary UPDATE`.

@@ -119,6 +119,30 @@ fn _run_as(role: pg_sys::Oid, sql: &str, arg: default!(Option<pgrx::JsonB>, "NUL
     jobs_sql::run_as(role, sql, arg);
 }
 
+/// `tributary._run_as_value(role oid, sql text, arg jsonb DEFAULT NULL) → jsonb`: as
+/// `tributary._run_as`, for a statement that returns one jsonb value (its first column of its
+/// first row; NULL when it returns no row). Used by the sharded jobs' functions (sql/shards.sql)
+/// to reach a shard through dblink with the job owner's user mapping. Not granted to PUBLIC.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _run_as_value(
+    role: pg_sys::Oid,
+    sql: &str,
+    arg: default!(Option<pgrx::JsonB>, "NULL"),
+) -> Option<pgrx::JsonB> {
+    jobs_sql::run_as_value(role, sql, arg)
+}
+
+/// `tributary._job_parts_status(job bigint) → jsonb`: the parts of a sharded job (sql/shards.sql)
+/// with each shard's own view of its part (state, rows done, queued and failed, last error), read
+/// now through the foreign servers as the job's owner: a JSON array, one object per part; a shard
+/// that cannot be reached gives `"state": "unreachable"` and the error. NULL when the calling
+/// role (`GetUserId()`) is not a member of the job's owner, or the job is not a sharded one. For
+/// the views `tributary.jobs` and `tributary.job_parts`.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _job_parts_status(job: i64) -> Option<pgrx::JsonB> {
+    jobs_sql::job_parts_status(job)
+}
+
 /// `tributary._job_service() → (workers_in_database integer, waiting_for text)`: what can serve
 /// this database's jobs now, for the `tributary.jobs` view (which turns a `running` job that no
 /// worker serves into `waiting`). `workers_in_database`: job workers running in this database

@@ -1,0 +1,378 @@
+"""Past one server: a coordinator whose partitioned table has postgres_fdw foreign tables on two
+shard clusters as partitions (README, "Past one server").
+
+The coordinator is a database of the jobs cluster (TRIBUTARY_JOBS_DSN, tributary preloaded); the
+two shards are clusters of this module's own (initdb with TRIBUTARY_PGBIN, tributary preloaded,
+own ports and sockets), stopped and removed at the end. The tables belong to a non-superuser,
+shard_owner, on every server; the foreign servers reach the shards as shard_owner with a password
+(scram-sha-256 on the shards' sockets), as postgres_fdw and dblink require of non-superusers.
+
+Rows are Debian package descriptions (scripts/debian_data.py), split between the shards by a
+list partition on `region`. Each shard's table counts the writes of its embedding column `e` per
+row (a BEFORE UPDATE trigger, in the writing transaction): writes = 1 on every row means each row
+was embedded by exactly one committed batch.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from jobwait import connect, wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARDS = {"s1": 55451, "s2": 55452}
+REGION = {"s1": "eu", "s2": "us"}
+OWNER, PASSWORD = "shard_owner", "shard-owner-pw"
+ROWS = 1_000       # app.docs
+CRASH_ROWS = 6_000  # app.crash
+
+COUNT_WRITES = """
+CREATE OR REPLACE FUNCTION app.count_writes() RETURNS trigger LANGUAGE plpgsql
+-- (postgres_fdw's sessions on the shard run with search_path = pg_catalog: pgvector's operators
+-- are in public)
+SET search_path = public, pg_catalog AS $$
+BEGIN
+    IF NEW.e IS NOT NULL AND NEW.e IS DISTINCT FROM OLD.e THEN
+        NEW.writes := OLD.writes + 1;
+    END IF;
+    RETURN NEW;
+END $$"""
+
+SHARD_TABLE = """CREATE TABLE app.{t} (package text PRIMARY KEY, source text, label text, body text,
+    region text NOT NULL, e vector(384), e_col vector(384), writes int NOT NULL DEFAULT 0)"""
+
+
+def as_pg(cmd):
+    return (["sudo", "-u", "postgres", "--"] if os.getuid() == 0 else []) + cmd
+
+
+def shard_base(name):
+    return f"/tmp/tributary-shard-{name}"
+
+
+def shard_dsn(name, db="shard", user="postgres"):
+    return make_conninfo(host=f"{shard_base(name)}/sock", port=SHARDS[name], user=user, dbname=db)
+
+
+def pg_ctl(pgbin, name, *args):
+    base = shard_base(name)
+    return subprocess.run(as_pg([os.path.join(pgbin, "pg_ctl"), "-D", f"{base}/data", "-l", f"{base}/server.log",
+                                 "-w", "-t", "120", *args]), check=True, capture_output=True)
+
+
+def start_shard(pgbin, name):
+    base = shard_base(name)
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(f"{base}/sock")
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", "postgres:postgres", base], check=True)
+    subprocess.run(as_pg([os.path.join(pgbin, "initdb"), "-D", f"{base}/data", "-U", "postgres", "-A", "trust",
+                          "--no-sync"]), check=True, capture_output=True)
+    conf = f"""
+listen_addresses = ''
+port = {SHARDS[name]}
+unix_socket_directories = '{base}/sock'
+fsync = off
+shared_buffers = 256MB
+shared_preload_libraries = 'tributary'
+max_worker_processes = 16
+tributary.job_poll_interval = 200
+"""
+    hba = f"{base}/data/pg_hba.conf"
+    # shard_owner with a password (the first matching line wins), everyone else trusted.
+    script = (f"cat >> {base}/data/postgresql.conf <<'EOF'\n{conf}\nEOF\n"
+              f"(echo 'local all {OWNER} scram-sha-256'; cat {hba}) > {hba}.new && mv {hba}.new {hba}")
+    subprocess.run(as_pg(["sh", "-c", script]), check=True)
+    pg_ctl(pgbin, name, "start")
+
+
+def run(dsn, *statements, user=None):
+    with connect(dsn) as c:
+        for s in statements:
+            c.execute(s)
+
+
+def query(dsn, sql, args=None):
+    with connect(dsn) as c:
+        return c.execute(sql, args).fetchall()
+
+
+@pytest.fixture(scope="module")
+def topo():
+    jobs_dsn = os.environ.get("TRIBUTARY_JOBS_DSN")
+    pgbin = os.environ.get("TRIBUTARY_PGBIN", "/usr/lib/postgresql/15/bin")
+    if not jobs_dsn:
+        pytest.fail("TRIBUTARY_JOBS_DSN is not set: run these through scripts/test.sh")
+    admin = make_conninfo(jobs_dsn, dbname="postgres")
+    coord = make_conninfo(jobs_dsn, dbname="tributary_coord")
+    coord_owner = make_conninfo(coord, user=OWNER, password=PASSWORD)
+    try:
+        for name in SHARDS:
+            start_shard(pgbin, name)
+            run(shard_dsn(name, db="postgres"),
+                f"CREATE ROLE {OWNER} LOGIN PASSWORD '{PASSWORD}'", "CREATE DATABASE shard")
+            run(shard_dsn(name), "CREATE EXTENSION tributary CASCADE", f"CREATE SCHEMA app AUTHORIZATION {OWNER}")
+            with connect(shard_dsn(name, user=OWNER) + f" password={PASSWORD}") as c:
+                c.execute(COUNT_WRITES)
+                for t in ("docs", "crash"):
+                    c.execute(SHARD_TABLE.format(t=t))
+                    c.execute(f"CREATE TRIGGER count_writes BEFORE UPDATE ON app.{t} FOR EACH ROW EXECUTE FUNCTION app.count_writes()")
+        run(admin, "DROP DATABASE IF EXISTS tributary_coord WITH (FORCE)", "CREATE DATABASE tributary_coord")
+        run(admin, f"DO $$BEGIN CREATE ROLE {OWNER} LOGIN PASSWORD '{PASSWORD}'; EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+        run(coord, "CREATE EXTENSION tributary CASCADE", "CREATE EXTENSION postgres_fdw", "CREATE EXTENSION dblink",
+            f"CREATE SCHEMA app AUTHORIZATION {OWNER}")
+        for name, port in SHARDS.items():
+            run(coord,
+                f"CREATE SERVER {name} FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+                f"(host '{shard_base(name)}/sock', port '{port}', dbname 'shard', extensions 'vector')",
+                f"GRANT USAGE ON FOREIGN SERVER {name} TO {OWNER}",
+                f"CREATE USER MAPPING FOR {OWNER} SERVER {name} OPTIONS (user '{OWNER}', password '{PASSWORD}')")
+        # The rows, loaded on the coordinator and inserted through it (postgres_fdw routes them).
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "debian_data.py"), "--dsn", coord,
+                        "--table", "debian_src", "--limit", str(ROWS + CRASH_ROWS + 100), "--drop"], check=True)
+        run(coord, f"GRANT SELECT ON debian_src TO {OWNER}")
+        with connect(coord_owner) as c:
+            for t in ("docs", "crash"):
+                c.execute(f"CREATE TABLE app.{t} (package text, source text, label text, body text, region text NOT NULL, "
+                          "e vector(384), e_col vector(384), writes int NOT NULL DEFAULT 0) PARTITION BY LIST (region)")
+                for name in SHARDS:
+                    c.execute(f"CREATE FOREIGN TABLE app.{t}_{name} PARTITION OF app.{t} FOR VALUES IN ('{REGION[name]}') "
+                              f"SERVER {name} OPTIONS (schema_name 'app', table_name '{t}')")
+            # docs: the first ROWS packages; crash: the next CRASH_ROWS; 100 kept for later inserts.
+            c.execute("CREATE TABLE app.src AS SELECT row_number() OVER (ORDER BY package) AS n, package, source, section AS label, "
+                      "split_part(description, E'\\n', 1) || E'\\n' || description AS body, "
+                      "CASE WHEN hashtext(package) % 2 = 0 THEN 'eu' ELSE 'us' END AS region FROM debian_src")
+            c.execute(f"INSERT INTO app.docs (package, source, label, body, region) "
+                      f"SELECT package, source, label, body, region FROM app.src WHERE n <= {ROWS}")
+            c.execute(f"INSERT INTO app.crash (package, source, label, body, region) "
+                      f"SELECT package, source, label, body, region FROM app.src WHERE n > {ROWS} AND n <= {ROWS + CRASH_ROWS}")
+        yield {"coord": coord, "owner": coord_owner, "pgbin": pgbin, "admin": admin}
+    finally:
+        for name in SHARDS:
+            subprocess.run(as_pg([os.path.join(pgbin, "pg_ctl"), "-D", f"{shard_base(name)}/data", "-m", "immediate", "stop"]),
+                           capture_output=True)
+            shutil.rmtree(shard_base(name), ignore_errors=True)
+        with connect(admin) as c:
+            c.execute("DROP DATABASE IF EXISTS tributary_coord WITH (FORCE)")
+
+
+def job_row(dsn, job_id):
+    with connect(dsn, row_factory=psycopg.rows.dict_row) as c:
+        return c.execute("SELECT * FROM tributary.jobs WHERE id = %s", (job_id,)).fetchone()
+
+
+def parts(dsn, job_id):
+    with connect(dsn, row_factory=psycopg.rows.dict_row) as c:
+        return {str(r["server"]): r for r in c.execute("SELECT * FROM tributary.job_parts WHERE job_id = %s", (job_id,))}
+
+
+def shard_check(name, table, column="e"):
+    """(rows, rows without a vector, worst cosine distance of a sample to tributary_embed on the
+    shard, min writes, max writes) of a shard's table."""
+    return query(shard_dsn(name),
+                 f"SELECT count(*), count(*) FILTER (WHERE {column} IS NULL), "
+                 f"(SELECT max({column} <=> tributary_embed(body)) FROM (SELECT * FROM app.{table} ORDER BY md5(package) LIMIT 100) s), "
+                 f"min(writes), max(writes) FROM app.{table}")[0]
+
+
+def test_embed_column_through_the_coordinator_says_where_it_runs_and_fills_every_shard(topo):
+    notices = []
+    with connect(topo["owner"]) as c:
+        c.add_notice_handler(lambda d: notices.append((d.message_primary, d.message_hint)))
+        n = c.execute("SELECT tributary_embed_column('app.docs', '{body}', 'e_col')").fetchone()[0]
+    assert n == ROWS
+    said = [m for m in notices if "embeds the foreign partitions of app.docs on this server" in m[0]]
+    assert said and "tributary_job_create()" in said[0][1], notices
+    total = 0
+    for name in SHARDS:
+        rows, missing, worst, _, _ = shard_check(name, "docs", "e_col")
+        assert rows > ROWS // 4 and missing == 0 and worst < 1e-5, (name, rows, missing, worst)
+        total += rows
+    assert total == ROWS
+
+
+def test_job_made_on_the_coordinator_runs_on_every_shard_and_follows_new_rows(topo):
+    coord, owner = topo["coord"], topo["owner"]
+    job = query(owner, "SELECT tributary_job_create('app.docs', '{body}', 'e', mode => 'continuous', batch_size => 64)")[0][0]
+    p = parts(owner, job)
+    assert sorted(p) == sorted(SHARDS)
+    for name, part in p.items():
+        assert str(part["partition"]) == f"app.docs_{name}" and part["remote_table"] == "app.docs"
+        remote = query(shard_dsn(name), "SELECT mode, source::text, owner::text FROM tributary.jobs WHERE id = %s",
+                       (part["remote_job"],))
+        assert remote == [("continuous", "app.docs", OWNER)], (name, remote)
+    # The coordinator's row: the parts' sums (a superuser sees it too).
+    done = wait_until(lambda i: job_row(owner, i), job, lambda j: j["rows_done"] == ROWS and j["rows_queued"] == 0,
+                      600, f"{ROWS} rows")
+    assert done["state"] == "running" and done["owner"] == OWNER and done["source"] == "app.docs", done
+    assert query(coord, "SELECT count(*) FROM tributary.jobs WHERE id = %s", (job,))[0][0] == 1  # postgres: superuser
+    for name in SHARDS:
+        rows, missing, worst, lo, hi = shard_check(name, "docs")
+        assert missing == 0 and worst < 1e-5 and (lo, hi) == (1, 1), (name, missing, worst, lo, hi)
+    # Rows inserted later through the coordinator land on the shards and are embedded there.
+    run(owner, f"INSERT INTO app.docs (package, source, label, body, region) "
+               f"SELECT package, source, label, body, region FROM app.src WHERE n > {ROWS + CRASH_ROWS}")
+    wait_until(lambda i: job_row(owner, i), job, lambda j: j["rows_done"] == ROWS + 100 and j["rows_queued"] == 0,
+               300, "the 100 rows inserted later")
+    assert query(owner, "SELECT count(*) FROM app.docs WHERE e IS NULL")[0][0] == 0
+    p = parts(owner, job)
+    assert sum(x["rows_done"] for x in p.values()) == ROWS + 100
+    assert all(x["state"] == "running" for x in p.values()), p
+    # Pause and resume reach every part.
+    run(owner, f"SELECT tributary_job_pause({job})")
+    for name, part in p.items():
+        assert query(shard_dsn(name), "SELECT state FROM tributary._jobs WHERE id = %s", (part["remote_job"],)) == [("paused",)]
+    assert job_row(owner, job)["state"] == "paused"
+    run(owner, f"SELECT tributary_job_resume({job})")
+    wait_until(lambda i: job_row(owner, i), job, lambda j: j["state"] == "running", 60, "running again")
+
+
+def test_a_shard_stopped_during_a_job_loses_nothing_and_embeds_nothing_twice(topo):
+    owner, pgbin = topo["owner"], topo["pgbin"]
+    job = query(owner, "SELECT tributary_job_create('app.crash', '{body}', 'e', batch_size => 32)")[0][0]
+    wait_until(lambda i: parts(owner, i)["s2"], job, lambda p: (p["rows_done"] or 0) >= 300, 600, "300 rows on s2")
+    pg_ctl(pgbin, "s2", "-m", "immediate", "stop")
+    try:
+        # Visible on the coordinator, not a silent stall.
+        j = job_row(owner, job)
+        assert j["state"] == "unreachable" and "s2: " in j["last_error"], j
+        p = parts(owner, job)
+        assert p["s2"]["state"] == "unreachable" and p["s2"]["last_error"], p["s2"]
+        assert p["s1"]["state"] in ("running", "done"), p["s1"]
+        # An operation names the shard that failed and says what was done.
+        with pytest.raises(psycopg.Error) as e:
+            run(owner, f"SELECT tributary_job_pause({job})")
+        assert e.value.sqlstate == "08001" and "shard s2, foreign table app.crash_s2" in str(e.value), e.value
+        assert e.value.diag.message_detail == "Already paused: app.crash_s1.", e.value.diag.message_detail
+    finally:
+        pg_ctl(pgbin, "s2", "start")
+    run(owner, f"SELECT tributary_job_resume({job})")
+    done = wait_until(lambda i: job_row(owner, i), job, lambda j: j["state"] in ("done", "failed", "unreachable"), 900, "done")
+    assert done["state"] == "done", done
+    assert (done["rows_done"], done["rows_queued"], done["rows_failed"]) == (CRASH_ROWS, 0, 0), done
+    for name in SHARDS:
+        rows, missing, worst, lo, hi = shard_check(name, "crash")
+        assert missing == 0 and worst < 1e-5 and (lo, hi) == (1, 1), (name, rows, missing, worst, lo, hi)
+    # Drop reaches every part.
+    remote = {n: x["remote_job"] for n, x in parts(owner, job).items()}
+    run(owner, f"SELECT tributary_job_drop({job})")
+    for name, rj in remote.items():
+        assert query(shard_dsn(name), "SELECT count(*) FROM tributary._jobs WHERE id = %s", (rj,))[0][0] == 0
+    assert query(owner, "SELECT count(*) FROM tributary.jobs WHERE id = %s", (job,))[0][0] == 0
+
+
+def test_errors_at_creation_name_the_shard_and_leave_no_part_behind(topo):
+    coord, owner = topo["coord"], topo["owner"]
+    before = {n: query(shard_dsn(n), "SELECT count(*) FROM tributary._jobs")[0][0] for n in SHARDS}
+    run(shard_dsn("s1", db="postgres"), "CREATE DATABASE plain")
+    run(shard_dsn("s1", db="plain"), "CREATE EXTENSION vector", f"CREATE SCHEMA app AUTHORIZATION {OWNER}")
+    run(shard_dsn("s1", db="plain", user=OWNER) + f" password={PASSWORD}", SHARD_TABLE.format(t="docs"))
+    run(coord,
+        "CREATE SERVER s_down FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '/tmp/tributary-shard-none/sock', port '55459', dbname 'shard')",
+        f"CREATE SERVER s_plain FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{shard_base('s1')}/sock', port '{SHARDS['s1']}', dbname 'plain')")
+    for srv in ("s_down", "s_plain"):
+        run(coord, f"GRANT USAGE ON FOREIGN SERVER {srv} TO {OWNER}",
+            f"CREATE USER MAPPING FOR {OWNER} SERVER {srv} OPTIONS (user '{OWNER}', password '{PASSWORD}')")
+
+    def make(table, partitions):
+        """app.<table> over `partitions` (name, server, remote table name, local?), then a job on it."""
+        with connect(owner) as c:
+            c.execute(f"CREATE TABLE app.{table} (package text, body text, e vector(384), region text) PARTITION BY LIST (region)")
+            for i, (server, remote) in enumerate(partitions):
+                if server is None:
+                    c.execute(f"CREATE TABLE app.{table}_{i} PARTITION OF app.{table} FOR VALUES IN ('r{i}')")
+                else:
+                    c.execute(f"CREATE FOREIGN TABLE app.{table}_{i} PARTITION OF app.{table} FOR VALUES IN ('r{i}') "
+                              f"SERVER {server} OPTIONS (schema_name 'app', table_name '{remote}')")
+        with pytest.raises(psycopg.Error) as e:
+            run(owner, f"SELECT tributary_job_create('app.{table}', '{{body}}', 'e')")
+        return e.value
+
+    e = make("bad_down", [("s1", "docs"), ("s_down", "docs")])
+    assert e.sqlstate == "08001" and "shard s_down, foreign table app.bad_down_1" in str(e), e
+    e = make("bad_plain", [("s_plain", "docs")])
+    assert e.sqlstate == "42704" and "shard s_plain, foreign table app.bad_plain_0: tributary is not installed" in str(e), e
+    e = make("bad_table", [("s1", "no_such_table")])
+    assert e.sqlstate == "42P01" and "app.no_such_table does not exist there" in str(e), e
+    e = make("bad_mixed", [("s1", "docs"), (None, None)])
+    assert e.sqlstate == "0A000" and "both local and foreign partitions" in str(e), e
+    # The first shard's job is made, the second's fails (no such column there): the first is
+    # dropped again, and the error is the shard's own, named by it.
+    run(shard_dsn("s2", user=OWNER) + f" password={PASSWORD}", "ALTER TABLE app.docs RENAME COLUMN body TO body_gone")
+    try:
+        e = make("bad_second", [("s1", "docs"), ("s2", "docs")])
+    finally:
+        run(shard_dsn("s2", user=OWNER) + f" password={PASSWORD}", "ALTER TABLE app.docs RENAME COLUMN body_gone TO body")
+    assert e.sqlstate == "42703" and str(e).startswith("shard s2, foreign table app.bad_second_1: column \"body\""), e
+    # A role whose user mapping's remote role does not own the shard's table: the shard's 42501.
+    run(shard_dsn("s1", db="postgres"), "CREATE ROLE intruder LOGIN PASSWORD 'intruder-pw'")
+    run(shard_dsn("s1"), "GRANT USAGE ON SCHEMA app TO intruder")
+    run(coord, "DO $$BEGIN CREATE ROLE intruder LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END$$",
+        "CREATE SCHEMA intr AUTHORIZATION intruder",
+        "GRANT USAGE ON FOREIGN SERVER s1 TO intruder",
+        "CREATE USER MAPPING FOR intruder SERVER s1 OPTIONS (user 'intruder', password 'intruder-pw')")
+    # (the shard lets intruder in with a password only)
+    hba = f"{shard_base('s1')}/data/pg_hba.conf"
+    subprocess.run(as_pg(["sh", "-c", f"(echo 'local all intruder scram-sha-256'; cat {hba}) > {hba}.new && mv {hba}.new {hba}"]), check=True)
+    run(shard_dsn("s1", db="postgres"), "SELECT pg_reload_conf()")
+    intruder = make_conninfo(coord, user="intruder")
+    run(intruder, "CREATE TABLE intr.t (package text, body text, e vector(384), region text) PARTITION BY LIST (region)",
+        "CREATE FOREIGN TABLE intr.t_s1 PARTITION OF intr.t FOR VALUES IN ('eu') SERVER s1 OPTIONS (schema_name 'app', table_name 'docs')")
+    with pytest.raises(psycopg.Error) as e:
+        run(intruder, "SELECT tributary_job_create('intr.t', '{body}', 'e')")
+    assert e.value.sqlstate == "42501" and "shard s1, foreign table intr.t_s1: must be owner of table app.docs" in str(e.value), e.value
+    # intruder cannot see or touch shard_owner's sharded jobs on the coordinator.
+    job = query(owner, "SELECT tributary_job_create('app.docs', '{body}', 'e_col', name => 'visible to owner only')")[0][0]
+    assert query(intruder, "SELECT count(*) FROM tributary.jobs")[0][0] == 0
+    assert query(intruder, "SELECT count(*) FROM tributary.job_parts")[0][0] == 0
+    assert query(intruder, "SELECT tributary._job_parts_status(%s)", (job,))[0][0] is None
+    with pytest.raises(psycopg.Error) as e:
+        run(intruder, f"SELECT tributary_job_drop({job})")
+    assert e.value.sqlstate == "42704"
+    run(owner, f"SELECT tributary_job_drop({job})")
+    # No part was left behind on any shard.
+    after = {n: query(shard_dsn(n), "SELECT count(*) FROM tributary._jobs")[0][0] for n in SHARDS}
+    assert after == before, (before, after)
+
+
+def test_search_prediction_and_matching_through_the_coordinator_equal_one_server(topo):
+    owner = topo["owner"]
+    # A local copy of every row (with a primary key), as one server would hold them.
+    run(owner, "CREATE TABLE app.docs_local AS SELECT package, source, label, body, e FROM app.docs",
+        "ALTER TABLE app.docs_local ADD PRIMARY KEY (package)")
+    q = "SELECT tributary_embed('a text editor for programmers')"
+    # The distance ordering is pushed to each shard when the query vector is an initplan and the
+    # servers list extensions 'vector'.
+    plan = "\n".join(r[0] for r in query(owner, f"EXPLAIN (VERBOSE, COSTS OFF) SELECT package FROM app.docs ORDER BY e <=> ({q}) LIMIT 10"))
+    remote = [l for l in plan.splitlines() if "Remote SQL:" in l]
+    # (each shard's rows come sorted through a cursor, postgres_fdw's fetch_size at a time, and
+    # Merge Append stops after 10: the LIMIT itself is not sent)
+    assert len(remote) == 2 and all("ORDER BY (e OPERATOR(public.<=>) $1::public.vector)" in l for l in remote), plan
+    assert "Merge Append" in plan, plan
+    got = [r[0] for r in query(owner, f"SELECT package FROM app.docs ORDER BY e <=> ({q}) LIMIT 10")]
+    vec = query(owner, q)[0][0]
+    exact = []
+    for name in SHARDS:
+        exact += query(shard_dsn(name), "SELECT e <=> %s::vector, package FROM app.docs", (vec,))
+    assert got == [p for _, p in sorted(exact)[:10]]
+    # Prediction and its evaluation: the same as on one server; evidence keyed by the shards' key.
+    pred = "SELECT prediction, round(confidence::numeric, 6), neighbours, evidence FROM tributary_predict('{t}', 'label', 'e', ({q}), k => 10)"
+    sharded = query(owner, pred.format(t="app.docs", q=q))
+    one = query(owner, pred.format(t="app.docs_local", q=q))
+    assert sharded == one and "package" in sharded[0][3][0]["key"], (sharded, one)
+    ev = "SELECT metric, round(model::numeric, 6), round(baseline::numeric, 6), test_rows, train_rows FROM tributary_evaluate('{t}', 'label', 'e', group_by => 'source', k => 10)"
+    assert query(owner, ev.format(t="app.docs")) == query(owner, ev.format(t="app.docs_local"))
+    # Matching: pairs keyed by the shards' primary key, the same pairs as between two local tables.
+    run(owner, "CREATE TABLE app.docs_local2 AS SELECT * FROM app.docs_local", "ALTER TABLE app.docs_local2 ADD PRIMARY KEY (package)")
+    m = "SELECT left_key, right_key FROM tributary_match('{a}', 'app.docs_local', '{{label,body}}') ORDER BY 1, 2"
+    sharded = set(query(owner, m.format(a="app.docs")))
+    one = set(query(owner, m.format(a="app.docs_local2")))
+    # Every row is its own copy's match (rows whose texts are equal are ties, which the two
+    # tables' row orders may break either way: a few).
+    assert sum(l == r for l, r in sharded) >= 0.97 * (ROWS + 100), len(sharded)
+    assert len(sharded ^ one) <= 0.02 * len(one), (len(sharded), len(one), sorted(sharded ^ one)[:10])
