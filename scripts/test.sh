@@ -6,8 +6,8 @@
 #      arithmetic (benches/test_report.py; the benchmarks themselves are not tests)
 #   2. on each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 16 17 18"), through
 #      scripts/major_steps.sh: the SQL golden tests (tests/pg_regress: input .sql, expected .out)
-#      on a throwaway cluster of that major; on 16, 17 and 18 also clippy with that major's
-#      feature and the update from 0.1.0, dump and restore with a job and the jobs' crash test
+#      on a throwaway cluster of that major; on 18 also clippy with its feature (the code differs
+#      between majors only as 15 and 16 against 17 and 18); on 16, 17 and 18 the update from 0.1.0, dump and restore with a job and the jobs' crash test
 #      (tests/integration/test_upgrade.py, test_dump_restore.py, test_jobs.py's crash test) on a
 #      cluster with shared_preload_libraries. 15 is the system's (Debian's packages, with the
 #      release build setup installed), 16 the PyPI wheel of scripts/pg16_wheel.sh, 17 Debian
@@ -130,10 +130,11 @@ step "engine unit tests (cargo test -p tributary-engine)" counted cargo none eng
 # 1. Model preparation.
 step "export_model, benchmark report (pytest)" counted pytest none export .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py
 
-# 2. On each major: clippy with its feature, the golden tests, and (on all but 15, whose
-# integration tests below include them) the update, dump/restore and crash tests.
+# 2. On each major: the golden tests, and (on all but 15, whose integration tests below include
+# them) the update, dump/restore and crash tests. Clippy with 18's feature too: the code differs
+# between majors only as 15 and 16 against 17 and 18 (the gates above linted 15's).
 for m in $majors; do
-  [ "$m" = 15 ] || step "cargo clippy -D warnings, PostgreSQL $m" in_major clippy "$m"
+  [ "$m" = 18 ] && step "cargo clippy -D warnings, PostgreSQL $m" in_major clippy "$m"
   step "SQL golden tests (pg_regress), PostgreSQL $m" in_major golden "$m"
   [ "$m" = 15 ] || step "update from 0.1.0, dump and restore, jobs' crash test, PostgreSQL $m" in_major jobs "$m"
 done
