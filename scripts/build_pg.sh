@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds PostgreSQL MAJOR (17 or 18) from Debian's source package into a private prefix, once:
 # bookworm has binary packages for PostgreSQL 15 only; 17 is a source package in trixie, 18 in
-# sid. Nothing from trixie or sid is installed as a binary package; only source packages are
+# sid. scripts/setup.sh uses it for 18; 17 comes from trixie's binary packages in a root of its own
+# (scripts/pg17_chroot.sh), since the archive stopped serving trixie's source package. Nothing from trixie or sid is installed as a binary package; only source packages are
 # downloaded. (pgvector is added by scripts/setup.sh.)
 #
 #   scripts/build_pg.sh MAJOR        prints the prefix's pg_config path on its last line
