@@ -213,7 +213,6 @@ impl Plan {
         if !matches!(relkind.map(|k| k as u8), Some(b'r') | Some(b'p')) {
             return Err(TributaryError::NotATable(relname));
         }
-        notice_foreign_partitions(tbl, &relname)?;
         // Privileges before names: a caller who may read nothing of the table learns nothing
         // of its columns (42501, not 42703). Per-column SELECT is checked by the reads themselves.
         let readable = Spi::get_one_with_args::<bool>(
@@ -227,6 +226,7 @@ impl Plan {
                 "permission denied for table {relname}"
             )));
         }
+        notice_foreign_partitions(tbl, &relname)?;
         for c in columns.iter().filter(|_| !whole_row) {
             require_column(tbl, &relname, c)?;
         }
@@ -270,7 +270,6 @@ impl Plan {
     }
 }
 
-/// 42703 unless `tbl` has a column `column`.
 /// A NOTICE when some of `tbl`'s partitions are foreign tables (postgres_fdw shards): their rows
 /// are read from and written back through the foreign servers while the model runs here, so the
 /// shards' own CPUs or GPUs do nothing. A job on the table embeds on each shard instead
@@ -299,6 +298,7 @@ fn notice_foreign_partitions(tbl: pg_sys::Oid, relname: &str) -> Result<()> {
     Ok(())
 }
 
+/// 42703 unless `tbl` has a column `column`.
 fn require_column(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<()> {
     let found = Spi::get_one_with_args::<bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
