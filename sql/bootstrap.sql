@@ -39,13 +39,13 @@ SELECT pg_catalog.pg_extension_config_dump('tributary.models',
 -- (src/service/column.rs), jobs (sql/jobs.sql) and prediction (sql/predict.sql): column `col`
 -- of `rel` exists (42703), is pgvector's vector or halfvec (42804, with `hint`), and, when `dim`
 -- is given, has no dimension or `dim` (22000, naming `model`). Returns the type's name, 'vector'
--- or 'halfvec'. `relname`: how messages name the relation (default: rel::text, as the caller's
--- search_path shows it). SECURITY INVOKER and no SET search_path: it reads only pg_catalog,
--- qualified, and a SET would change how rel::text names the relation.
+-- or 'halfvec'. `relname`: how messages name the relation (default: rel::text under the pinned
+-- search_path, so schema-qualified outside pg_catalog and pg_temp). SECURITY INVOKER; like every
+-- function of the extension it runs with search_path = pg_catalog, pg_temp.
 CREATE FUNCTION tributary._target_column(
     rel regclass, col name, model text DEFAULT NULL, dim integer DEFAULT NULL, relname text DEFAULT NULL,
     hint text DEFAULT 'The target column must be of pgvector''s type vector(n) or halfvec(n).')
-RETURNS text LANGUAGE plpgsql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     typ text;
     typmod integer;

@@ -697,48 +697,48 @@ BEGIN
     t_cols := array_to_string(tk, ', ');
 
     IF whole THEN
-        text_expr := 'row_to_json(t.*)::text';   -- t.*: never a column named t
+        text_expr := 'pg_catalog.row_to_json(t.*)::pg_catalog.text';   -- t.*: never a column named t
         -- Columns whose change does not change the row's text: the target and other embeddings.
         SELECT array_agg(a.attname::text) INTO excl FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
          WHERE a.attrelid = j.source AND a.attnum > 0 AND NOT a.attisdropped
            AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = j.source AND a.attname = j.target));
         excl := coalesce(excl, '{}') || coalesce((SELECT array_agg(x) FROM jsonb_array_elements_text(j.row_options->'exclude') x), '{}');
-        differs := format('(to_jsonb(o.*) - %L::text[]) IS DISTINCT FROM (to_jsonb(n.*) - %L::text[])', excl, excl);
-        guard := format('(to_jsonb(t.*) - %L::text[])::text', excl);
+        differs := format('(pg_catalog.to_jsonb(o.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[]) IS DISTINCT FROM (pg_catalog.to_jsonb(n.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[])', excl, excl);
+        guard := format('(pg_catalog.to_jsonb(t.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[])::pg_catalog.text', excl);
     ELSE
-        arr := (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x);
-        text_expr := format('CASE WHEN num_nonnulls(%s) > 0 THEN concat_ws(E''\n'', %s) END', arr, arr);
+        arr := (SELECT string_agg('t.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x);
+        text_expr := format('CASE WHEN pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0 THEN pg_catalog.concat_ws(E''\n'', %s) END', arr, arr);
         -- As text: every type has one, not every type has "=".
         differs := format('ROW(%s) IS DISTINCT FROM ROW(%s)',
-            (SELECT string_agg('o.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x),
-            (SELECT string_agg('n.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x));
-        nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(j.columns) x));
-        nonnull_t := format('num_nonnulls(%s) > 0', arr);
+            (SELECT string_agg('o.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x),
+            (SELECT string_agg('n.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x));
+        nonnull := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(j.columns) x));
+        nonnull_t := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', arr);
         guard := text_expr;
     END IF;
     checked := CASE WHEN j.mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
     j.claim_sql := format('WITH c AS (DELETE FROM %s AS q USING (SELECT ctid AS tid FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) AS s '
-               'WHERE q.ctid = s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, q_cols);
-    j.claim_keys_sql := format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::jsonb) AS kk WHERE (%s) = (%s) RETURNING q.*) '
+               'WHERE q.ctid OPERATOR(pg_catalog.=) s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, q_cols);
+    j.claim_keys_sql := format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::pg_catalog.jsonb) AS kk WHERE (%s) OPERATOR(pg_catalog.=) (%s) RETURNING q.*) '
                'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, k_q, k_kk);
-    j.select_sql := format('SELECT to_jsonb(k.*)::text, %s, %s FROM %s AS t JOIN jsonb_populate_recordset(NULL::%s, $1::jsonb) AS k ON (%s) = (%s) '
+    j.select_sql := format('SELECT pg_catalog.to_jsonb(k.*)::pg_catalog.text, %s, %s FROM %s AS t JOIN pg_catalog.jsonb_populate_recordset(NULL::%s, $1::pg_catalog.jsonb) AS k ON (%s) OPERATOR(pg_catalog.=) (%s) '
                'FOR KEY SHARE OF t', text_expr, guard, src_from, j.queue, k_src, k_k);
     j.write_sql := CASE WHEN tgt = j.source THEN
-            format('UPDATE %s AS t SET %I = u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
-                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) = (%s) AND %s',
+            format('UPDATE %s AS t SET %I = u.e FROM pg_catalog.unnest($1::pg_catalog.jsonb[], $2::%s[], $3::pg_catalog.text[]) AS u(k, e, g) '
+                   'CROSS JOIN LATERAL pg_catalog.jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND %s',
                    src_from, j.target, vtype, j.queue, k_src, k_kk, checked)
         ELSE
-            format('WITH u AS (SELECT kk.*, u.e FROM unnest($1::jsonb[], $2::%s[], $3::text[]) AS u(k, e, g) '
-                   'CROSS JOIN LATERAL jsonb_populate_record(NULL::%s, u.k) AS kk '
-                   'WHERE EXISTS (SELECT 1 FROM %s AS t WHERE (%s) = (%s) AND %s)), '
-                   'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) = (%s)) '
+            format('WITH u AS (SELECT kk.*, u.e FROM pg_catalog.unnest($1::pg_catalog.jsonb[], $2::%s[], $3::pg_catalog.text[]) AS u(k, e, g) '
+                   'CROSS JOIN LATERAL pg_catalog.jsonb_populate_record(NULL::%s, u.k) AS kk '
+                   'WHERE EXISTS (SELECT 1 FROM %s AS t WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND %s)), '
+                   'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) OPERATOR(pg_catalog.=) (%s)) '
                    'INSERT INTO %s AS g (%s, %I) SELECT %s, u.e FROM u WHERE u.e IS NOT NULL '
                    'ON CONFLICT (%s) DO UPDATE SET %I = EXCLUDED.%I',
                    vtype, j.queue, src_from, k_src, k_kk, checked, tgt_from, k_g, k_u,
                    tgt_name, t_cols, j.target, k_u, t_cols, j.target, j.target)
         END;
-    j.requeue_sql := format('INSERT INTO %s SELECT (jsonb_populate_record(NULL::%s, k)).* FROM jsonb_array_elements($1::jsonb) AS x(k) '
+    j.requeue_sql := format('INSERT INTO %s SELECT (pg_catalog.jsonb_populate_record(NULL::%s, k)).* FROM pg_catalog.jsonb_array_elements($1::pg_catalog.jsonb) AS x(k) '
                'ON CONFLICT DO NOTHING', j.queue, j.queue);
 
     IF j.mode = 'continuous' THEN
@@ -746,31 +746,31 @@ BEGIN
         -- old_rows of the statement that fired it (the source's columns).
         j.enqueue_sql := jsonb_strip_nulls(jsonb_build_object(
             'INSERT', format('INSERT INTO %s SELECT %s FROM new_rows n WHERE %s', j.queue, k_new, nonnull),
-            'UPDATE', format('INSERT INTO %s SELECT %s FROM new_rows n LEFT JOIN old_rows o ON (%s) = (%s) WHERE (%s) IS NULL OR %s',
+            'UPDATE', format('INSERT INTO %s SELECT %s FROM new_rows n LEFT JOIN old_rows o ON (%s) OPERATOR(pg_catalog.=) (%s) WHERE (%s) IS NULL OR %s',
                              j.queue, k_new, k_old, k_new, k_old, differs)
                       || CASE WHEN tgt <> j.source THEN
                              -- separate target table: keys that went away take their embedding along
-                             format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%s) = (%s))',
+                             format('; DELETE FROM %s g USING old_rows o WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND NOT EXISTS (SELECT 1 FROM new_rows n WHERE (%s) OPERATOR(pg_catalog.=) (%s))',
                                     tgt_from, k_g, k_old, k_new, k_old) ELSE '' END,
-            'DELETE', CASE WHEN tgt <> j.source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s)', tgt_from, k_g, k_old) END,
+            'DELETE', CASE WHEN tgt <> j.source THEN format('DELETE FROM %s g USING old_rows o WHERE (%s) OPERATOR(pg_catalog.=) (%s)', tgt_from, k_g, k_old) END,
             -- A TRUNCATE fires the trigger of every table it empties: of one partition, only the
             -- embeddings of rows gone go.
             'TRUNCATE', CASE WHEN tgt <> j.source AND skind = 'r' THEN format('TRUNCATE %s', tgt_from)
-                             WHEN tgt <> j.source THEN format('DELETE FROM %s g WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                             WHEN tgt <> j.source THEN format('DELETE FROM %s g WHERE NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) OPERATOR(pg_catalog.=) (%s))',
                                                            tgt_from, src, k_src, k_g) END,
             -- The triggers on the source's ancestors (partitioned tables above a partition,
             -- inheritance parents), whose transition tables hold rows of other tables too: keys
             -- of rows now in the source are queued (of the ancestor's columns only the key's are
             -- used), and with a target table, embeddings of keys no longer in it go.
-            'INSERT via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+            'INSERT via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND %s)',
                                  j.queue, k_new, src_from, k_src, k_new, nonnull_t),
-            'UPDATE via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s) AND %s)',
+            'UPDATE via', format('INSERT INTO %s SELECT DISTINCT %s FROM new_rows n WHERE EXISTS (SELECT 1 FROM %s t WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND %s)',
                                  j.queue, k_new, src_from, k_src, k_new, nonnull_t)
                           || CASE WHEN tgt <> j.source THEN
-                                 format('; DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                 format('; DELETE FROM %s g USING old_rows o WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) OPERATOR(pg_catalog.=) (%s))',
                                         tgt_from, k_g, k_old, src_from, k_src, k_old) ELSE '' END,
             'DELETE via', CASE WHEN tgt <> j.source THEN
-                                 format('DELETE FROM %s g USING old_rows o WHERE (%s) = (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))',
+                                 format('DELETE FROM %s g USING old_rows o WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND NOT EXISTS (SELECT 1 FROM %s t WHERE (%s) OPERATOR(pg_catalog.=) (%s))',
                                         tgt_from, k_g, k_old, src_from, k_src, k_old) END));
     ELSE
         j.enqueue_sql := NULL;
@@ -855,11 +855,11 @@ BEGIN
         IF tk IS NULL OR cardinality(tk) <> cardinality(pk) THEN
             tk := pk;
         END IF;
-        filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) = (%s))', tgt_from,
+        filter := format('NOT EXISTS (SELECT 1 FROM %s g WHERE (%s) OPERATOR(pg_catalog.=) (%s))', tgt_from,
                          (SELECT string_agg('g.' || p, ', ') FROM unnest(tk) p), (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p));
     END IF;
     IF j.columns <> '{*}' THEN
-        nonnull := format('num_nonnulls(%s) > 0', (SELECT string_agg('t.' || quote_ident(x) || '::text', ', ') FROM unnest(j.columns) x));
+        nonnull := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', (SELECT string_agg('t.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x));
     END IF;
     RETURN (SELECT format('INSERT INTO %s SELECT %s FROM %s%I.%I t WHERE %s AND %s', j.queue,
                           (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p),

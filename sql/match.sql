@@ -48,7 +48,7 @@ ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SE
 -- (`(1,x)`) for a composite one; for a partitioned table over postgres_fdw shards, the shards'
 -- primary key (tributary._shard_key_columns). 42P10 when `tbl` has no primary key.
 CREATE FUNCTION tributary._match_key(tbl regclass, alias text) RETURNS text
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cols text[] := coalesce(tributary._key_columns(tbl), tributary._shard_key_columns(tbl));
 BEGIN
@@ -68,7 +68,7 @@ END $$;
 -- the embeddings are the same; a huge value is read only as far as that, for text columns stored
 -- uncompressed). 42703 an unknown column, 22004 a NULL name.
 CREATE FUNCTION tributary._match_values(tbl regclass, cols text[], alias text) RETURNS text
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     c text;
     parts text[] := '{}';
@@ -107,7 +107,7 @@ CREATE FUNCTION tributary_match(
     k integer DEFAULT 10, threshold float8 DEFAULT NULL, one_to_one boolean DEFAULT true,
     labels regclass DEFAULT NULL, model text DEFAULT NULL)
 RETURNS TABLE (left_key text, right_key text, score float8)
-LANGUAGE plpgsql VOLATILE SET jit = off AS $$
+LANGUAGE plpgsql VOLATILE SET jit = off SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     vec text := tributary._vector_schema();
@@ -128,6 +128,7 @@ DECLARE
     near text;
     same text;
     fill_sql text;
+    made oid[] := '{}';   -- the temporary tables and view this call made, to drop (never a caller's)
     pair_order text;
     i int;
     t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
@@ -160,12 +161,14 @@ BEGIN
     self := left_table = right_table;
 
     -- 1. The rows of each side: key, values, the joined text, its embedding.
-    PERFORM tributary._match_drop();
-    dims := vector_dims(tributary_embed('dimension', model));
+    PERFORM tributary._match_names_free('tributary_match_');
+    EXECUTE format('SELECT %s.vector_dims(@extschema@.tributary_embed($1::pg_catalog.text, $2::pg_catalog.text))', vec)
+      INTO dims USING 'dimension', model;
     -- Defined now that the library is loaded: '0' turns progress NOTICEs off.
     report := current_setting('tributary.progress_interval') <> '0';
     EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], txt text, e %s.vector(%s))
                     ON COMMIT DROP', vec, dims);
+    made := made || 'pg_temp.tributary_match_l'::regclass::oid;
     -- A side's rows: key, values, and the text `name: value; ...` under the left names.
     fill_sql := 'INSERT INTO pg_temp.tributary_match_%s
              SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
@@ -176,8 +179,10 @@ BEGIN
       USING columns;
     IF self THEN
         CREATE TEMP VIEW tributary_match_r AS SELECT * FROM pg_temp.tributary_match_l;
+        made := made || 'pg_temp.tributary_match_r'::regclass::oid;
     ELSE
         CREATE TEMP TABLE tributary_match_r (LIKE pg_temp.tributary_match_l INCLUDING ALL) ON COMMIT DROP;
+        made := made || 'pg_temp.tributary_match_r'::regclass::oid;
         EXECUTE format(fill_sql, 'r', tributary._match_key(right_table, 't'), right_table,
                        tributary._match_values(right_table, rcols, 't'))
           USING columns;
@@ -185,12 +190,14 @@ BEGIN
     SELECT count(*) INTO n_left FROM pg_temp.tributary_match_l;
     SELECT count(*) INTO n_right FROM pg_temp.tributary_match_r;
     IF n_left = 0 OR n_right = 0 OR (self AND n_left < 2) THEN
-        PERFORM tributary._match_drop();
+        PERFORM tributary._match_drop(made);
         RETURN;
     END IF;
-    PERFORM tributary_embed_column('pg_temp.tributary_match_l', '{txt}', 'e', model => model);
+    PERFORM @extschema@.tributary_embed_column('pg_temp.tributary_match_l'::pg_catalog.regclass, '{txt}'::pg_catalog.text[],
+                                               'e'::pg_catalog.name, model => model);
     IF NOT self THEN
-        PERFORM tributary_embed_column('pg_temp.tributary_match_r', '{txt}', 'e', model => model);
+        PERFORM @extschema@.tributary_embed_column('pg_temp.tributary_match_r'::pg_catalog.regclass, '{txt}'::pg_catalog.text[],
+                                                   'e'::pg_catalog.name, model => model);
     END IF;
 
     -- 2. Which columns are phrases (embedded) and which are short (string similarity).
@@ -205,17 +212,22 @@ BEGIN
              GROUP BY c.i) p;
     EXECUTE format('CREATE TEMP TABLE tributary_match_v (col int, val text, e %s.vector(%s), PRIMARY KEY (col, val))
                     ON COMMIT DROP', vec, dims);
+    made := made || 'pg_temp.tributary_match_v'::regclass::oid;
     INSERT INTO pg_temp.tributary_match_v (col, val)
     SELECT DISTINCT c.i, x.v[c.i]
       FROM generate_series(1, n) c(i),
            LATERAL (SELECT v FROM pg_temp.tributary_match_l UNION ALL SELECT v FROM pg_temp.tributary_match_r WHERE NOT self) x
      WHERE emb[c.i] AND x.v[c.i] IS NOT NULL;
-    PERFORM tributary_embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
+    PERFORM @extschema@.tributary_embed_column('pg_temp.tributary_match_v'::pg_catalog.regclass, '{val}'::pg_catalog.text[],
+                                               'e'::pg_catalog.name, model => model);
 
     t_embed := extract(epoch FROM clock_timestamp() - t0);
     -- 3. Candidates: k nearest each way, and the unrelated pairs that calibrate the evidence.
     CREATE TEMP TABLE tributary_match_c (lk text, rk text, kind "char", PRIMARY KEY (lk, rk, kind)) ON COMMIT DROP;
-    PERFORM set_config('hnsw.ef_search', greatest(40, 2 * k)::text, true);
+    made := made || 'pg_temp.tributary_match_c'::regclass::oid;
+    -- pgvector takes hnsw.ef_search up to 1000: k up to 500 gets 2k candidates, beyond that 1000
+    -- (iterative scans go on past ef_search when the filter leaves fewer than k).
+    PERFORM set_config('hnsw.ef_search', least(1000, greatest(40, 2 * k))::text, true);
     PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
     IF n_left > 2000 THEN
         EXECUTE format('CREATE INDEX ON pg_temp.tributary_match_l USING hnsw (e %s.vector_cosine_ops)', vec);
@@ -292,6 +304,7 @@ BEGIN
            LEFT JOIN pg_temp.tributary_match_v vl ON $1[i.i] AND vl.col = i.i AND vl.val = l.v[i.i]
            LEFT JOIN pg_temp.tributary_match_v vr ON $1[i.i] AND vr.col = i.i AND vr.val = r.v[i.i]', vec)
       USING emb, str, n;
+    made := made || 'pg_temp.tributary_match_f'::regclass::oid;
     -- u: the mean raw similarity of unrelated pairs; evidence = mean of the rescaled ones.
     WITH u AS (SELECT f.i, avg(f.es) AS ue, avg(f.ss) AS us FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i)
     UPDATE pg_temp.tributary_match_f f
@@ -300,12 +313,14 @@ BEGIN
                      (CASE WHEN u.us < 0.99 THEN greatest(0, least(1, (f.ss - u.us) / (1 - u.us))) END)) x(s))
       FROM u WHERE u.i = f.i;
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
+    made := made || 'pg_temp.tributary_match_s'::regclass::oid;
     IF labels IS NULL THEN
         -- u: how often unrelated pairs agree on a column (evidence 0.9 or more, at least 1/2,000);
         -- m: how often matches do, 1 until it is estimated below.
         CREATE TEMP TABLE tributary_match_w ON COMMIT DROP AS
         SELECT f.i, greatest(avg((coalesce(f.es, 0) >= 0.9)::int), 1.0 / 2000)::float8 AS u, 1.0::float8 AS m
           FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i;
+        made := made || 'pg_temp.tributary_match_w'::regclass::oid;
         PERFORM tributary._match_score();
         IF threshold IS NULL THEN
             -- One step of Fellegi and Sunter's estimation: m from the pairs the first scores
@@ -362,7 +377,7 @@ BEGIN
     -- 6. Accepted pairs.
     RETURN QUERY SELECT a.lk, a.rk, a.score FROM tributary._match_accepted(self, thr, one_to_one) a ORDER BY 1, 2;
 
-    PERFORM tributary._match_drop();
+    PERFORM tributary._match_drop(made);
 END $$;
 
 -- tributary_match's scores without labels, from its evidence (pg_temp.tributary_match_f) and
@@ -370,7 +385,7 @@ END $$;
 -- that is present, each column weighing m ln(m / u) (its expected agreement weight over matches;
 -- ln(1 / u) while m = 1), 0 when m <= u. Fills pg_temp.tributary_match_s.
 CREATE FUNCTION tributary._match_score() RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO pg_temp.tributary_match_s
     SELECT f.lk, f.rk, f.kind, sum(w.w * f.es) / nullif(sum(w.w) FILTER (WHERE f.es IS NOT NULL), 0)
@@ -389,7 +404,7 @@ END $$;
 -- scores have a long lower tail, which a bell-shaped fit cuts inside of. In one table a row's
 -- candidates are the pairs on either side of it. NULL with fewer than two distinct scores.
 CREATE FUNCTION tributary._match_auto_threshold(self boolean) RETURNS float8
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cut float8;
     cap float8;
@@ -412,7 +427,7 @@ END $$;
 -- smaller other key). In one table a row's candidates are the pairs on either side of it.
 CREATE FUNCTION tributary._match_accepted(self boolean, thr float8, one_to_one boolean)
 RETURNS TABLE (lk text, rk text, score float8)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
@@ -431,25 +446,44 @@ BEGIN
     HAVING NOT one_to_one OR max(r.rnk) = 1;
 END $$;
 
--- Drops this session's temporary tables of tributary_match (prefix 'tributary_match_', with the
--- view of a table matched with itself) or of tributary_dedup ('tributary_dedup_').
-CREATE FUNCTION tributary._match_drop(prefix text DEFAULT 'tributary_match_') RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+-- 42P07 when this session has a temporary table or view named as tributary_match's (prefix
+-- 'tributary_match_') or tributary_dedup's ('tributary_dedup_') work tables: they are the
+-- caller's, and are neither used nor dropped.
+CREATE FUNCTION tributary._match_names_free(prefix text) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    r regclass;
+    taken text;
 BEGIN
-    FOR r IN SELECT c.oid FROM pg_catalog.pg_class c
-              WHERE c.relnamespace = pg_catalog.pg_my_temp_schema() AND c.relkind IN ('r', 'v')
-                AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'w', 'e', 'n']) x)
+    SELECT string_agg(c.relname, ', ' ORDER BY c.relname) INTO taken
+      FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()
+       AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'w', 'e', 'n']) x);
+    IF taken IS NOT NULL THEN
+        RAISE EXCEPTION 'temporary relation "%" already exists', split_part(taken, ', ', 1) USING ERRCODE = '42P07',
+            DETAIL = format('%s keeps its work in temporary tables named %s*; this session has %s.',
+                            rtrim(prefix, '_'), prefix, taken),
+            HINT = 'Rename or drop those temporary tables; tributary never drops a table it did not make.';
+    END IF;
+END $$;
+
+-- Drops the temporary tables and view of `rels` that still exist (those tributary_match or
+-- tributary_dedup made in this call, by OID), views first.
+CREATE FUNCTION tributary._match_drop(rels oid[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.oid::regclass AS rel, c.relkind FROM pg_catalog.pg_class c
+              WHERE c.oid = ANY (rels) AND c.relnamespace = pg_catalog.pg_my_temp_schema()
               ORDER BY c.relkind DESC  -- the view over tributary_match_l first
     LOOP
-        EXECUTE CASE WHEN (SELECT relkind FROM pg_catalog.pg_class WHERE oid = r) = 'v' THEN 'DROP VIEW ' ELSE 'DROP TABLE ' END || r;
+        EXECUTE CASE WHEN r.relkind = 'v' THEN 'DROP VIEW ' ELSE 'DROP TABLE ' END || r.rel;
     END LOOP;
 END $$;
 
 -- 42703 when `labels` lacks left_key, right_key or is_match (or cannot be read).
 CREATE FUNCTION tributary._match_check_labels(labels regclass) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     c text;
 BEGIN
@@ -472,23 +506,26 @@ CREATE FUNCTION tributary_dedup(
     tbl regclass, columns text[], k integer DEFAULT 10, threshold float8 DEFAULT NULL,
     labels regclass DEFAULT NULL, model text DEFAULT NULL)
 RETURNS TABLE (cluster bigint, key text)
-LANGUAGE plpgsql VOLATILE SET jit = off AS $$
+LANGUAGE plpgsql VOLATILE SET jit = off SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     changed bigint;
+    made oid[] := '{}';   -- the temporary tables this call made, to drop (never a caller's)
 BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'tbl must not be NULL' USING ERRCODE = '22004';
     END IF;
-    PERFORM tributary._match_drop('tributary_dedup_');
+    PERFORM tributary._match_names_free('tributary_dedup_');
     CREATE TEMP TABLE tributary_dedup_e ON COMMIT DROP AS
     SELECT m.left_key AS a, m.right_key AS b
-      FROM tributary_match(tbl, tbl, columns, k => k, threshold => threshold, one_to_one => false,
-                           labels => labels, model => model) m;
+      FROM @extschema@.tributary_match(tbl, tbl, columns, k => k, threshold => threshold, one_to_one => false,
+                                       labels => labels, model => model) m;
+    made := made || 'pg_temp.tributary_dedup_e'::regclass::oid;
     -- Connected components by label propagation: every node takes the smallest label among its
     -- neighbours until nothing changes (at most the longest path's length rounds).
     CREATE TEMP TABLE tributary_dedup_n ON COMMIT DROP AS
     SELECT x.k AS node, x.k AS comp FROM (SELECT a AS k FROM pg_temp.tributary_dedup_e UNION SELECT b FROM pg_temp.tributary_dedup_e) x;
+    made := made || 'pg_temp.tributary_dedup_n'::regclass::oid;
     CREATE UNIQUE INDEX ON pg_temp.tributary_dedup_n (node);
     LOOP
         WITH m AS (SELECT e.a AS node, min(n.comp) AS comp FROM pg_temp.tributary_dedup_e e JOIN pg_temp.tributary_dedup_n n ON n.node = e.b GROUP BY e.a
@@ -502,5 +539,5 @@ BEGIN
     END LOOP;
     RETURN QUERY
     SELECT dense_rank() OVER (ORDER BY n.comp), n.node FROM pg_temp.tributary_dedup_n n ORDER BY n.comp, n.node;
-    PERFORM tributary._match_drop('tributary_dedup_');
+    PERFORM tributary._match_drop(made);
 END $$;

@@ -28,7 +28,7 @@
 -- numeric and integer columns that are not part of a primary or foreign key (an integer key such
 -- as genre_id names a category). 42703 unknown column, 22023 bad kind.
 CREATE FUNCTION tributary.label_kind(tbl regclass, label name, kind text)
-RETURNS text LANGUAGE plpgsql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     typ text;
     is_key boolean;
@@ -58,7 +58,7 @@ END $$;
 -- The type of embedding column `embedding` of `tbl`: 'vector' or 'halfvec'. 42703 unknown
 -- column, 42804 another type (the check of sql/bootstrap.sql, with prediction's hint).
 CREATE FUNCTION tributary.embedding_type(tbl regclass, embedding name)
-RETURNS text LANGUAGE sql STABLE AS $$
+RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT tributary._target_column(tbl, embedding,
         hint => 'Neighbours are found by an embedding column; fill one with tributary_embed_column.')
 $$;
@@ -67,7 +67,7 @@ $$;
 -- ({"track_id": 1}); for a partitioned table over postgres_fdw shards, which has none, the
 -- shards' primary key (tributary._shard_key_columns, sql/shards.sql); else {"ctid": "(0,1)"}.
 CREATE FUNCTION tributary.row_key(tbl regclass, alias text)
-RETURNS text LANGUAGE plpgsql STABLE AS $$
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN coalesce(
         (SELECT 'jsonb_build_object(' || string_agg(format('%L, %I.%I', a.attname, alias, a.attname), ', ' ORDER BY k.ord) || ')'
@@ -83,7 +83,7 @@ END $$;
 -- Weighted vote: the label with the largest sum of weights (ties: the smallest label), and that
 -- sum's share of all weights (0..1). NULL labels do not vote.
 CREATE FUNCTION tributary.knn_vote(labels text[], weights float8[], OUT prediction text, OUT confidence float8)
-RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT v.label, v.w / nullif(v.total, 0)
       FROM (SELECT u.label, sum(u.w) AS w, sum(sum(u.w)) OVER () AS total
               FROM unnest(labels, weights) AS u(label, w)
@@ -95,7 +95,7 @@ $$;
 
 -- Weighted mean of `vals` and the weighted standard deviation around it.
 CREATE FUNCTION tributary.knn_mean(vals float8[], weights float8[], OUT prediction float8, OUT stddev float8)
-RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS record LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT m.mean, sqrt(greatest(m.sq - m.mean * m.mean, 0))
       FROM (SELECT sum(u.v * u.w) / nullif(sum(u.w), 0) AS mean, sum(u.v * u.v * u.w) / nullif(sum(u.w), 0) AS sq
               FROM unnest(vals, weights) AS u(v, w)
@@ -126,7 +126,7 @@ CREATE FUNCTION tributary_predict(
     tbl regclass, label name, embedding name, query vector, k integer DEFAULT 10, kind text DEFAULT 'auto',
     OUT prediction text, OUT confidence float8, OUT stddev float8, OUT neighbours integer, OUT evidence jsonb)
 RETURNS record LANGUAGE plpgsql STABLE
-SET jit = off SET hnsw.iterative_scan = relaxed_order SET ivfflat.iterative_scan = relaxed_order AS $$
+SET jit = off SET hnsw.iterative_scan = relaxed_order SET ivfflat.iterative_scan = relaxed_order SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     label_kind text;
     emb_type text;
@@ -226,7 +226,7 @@ CREATE FUNCTION tributary_evaluate(
     test_fraction float8 DEFAULT 0.2, kind text DEFAULT 'auto', seed integer DEFAULT 0,
     split_column name DEFAULT NULL, split_at text DEFAULT NULL)
 RETURNS TABLE (metric text, model float8, baseline float8, test_rows bigint, train_rows bigint, split text)
-LANGUAGE plpgsql STABLE SET jit = off AS $$
+LANGUAGE plpgsql STABLE SET jit = off SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     label_kind text;
     vec text := tributary._vector_schema();   -- pgvector's functions and operators
@@ -426,7 +426,7 @@ CREATE FUNCTION tributary_predict_column(
     tbl regclass, label name, embedding name, target name, k integer DEFAULT 10, kind text DEFAULT 'auto',
     batch_size integer DEFAULT 1000)
 RETURNS bigint LANGUAGE plpgsql VOLATILE
-SET jit = off SET hnsw.iterative_scan = relaxed_order SET ivfflat.iterative_scan = relaxed_order AS $$
+SET jit = off SET hnsw.iterative_scan = relaxed_order SET ivfflat.iterative_scan = relaxed_order SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     label_kind text;
     emb_type text;
