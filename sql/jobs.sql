@@ -230,9 +230,9 @@ CROSS JOIN LATERAL (
 WHERE pg_has_role(tributary._job_owner(j), 'USAGE')
 UNION ALL
 -- Sharded jobs: the sums of their parts as the shards report them now (tributary.job_parts
--- for each part). state: unreachable when a shard cannot be reached, else failed when a part
--- failed, else done / cancelled / paused when every part is, waiting when a part waits, else
--- running.
+-- for each part). state: unreachable when a shard cannot be reached, else invalid when a shard
+-- answered an invalid state, else failed when a part failed, else done / cancelled / paused
+-- when every part is, waiting when a part waits, else running.
 SELECT s.id, s.name, a.state, s.mode, s.source,
        ARRAY(SELECT jsonb_array_elements_text(s.args->'columns')),
        NULL::regclass, (s.args->>'target')::name, s.args->>'model', s.args->>'prompt',
@@ -247,6 +247,7 @@ FROM tributary._sharded_jobs s
 CROSS JOIN LATERAL (SELECT tributary._job_parts_status(s.id) AS parts) x
 CROSS JOIN LATERAL (
     SELECT CASE WHEN bool_or(p->>'state' = 'unreachable') THEN 'unreachable'
+                WHEN bool_or(p->>'state' = 'invalid') THEN 'invalid'
                 WHEN bool_or(p->>'state' IN ('failed', 'missing')) THEN 'failed'
                 WHEN bool_and(p->>'state' = 'done') THEN 'done'
                 WHEN bool_and(p->>'state' = 'cancelled') THEN 'cancelled'
@@ -725,11 +726,11 @@ BEGIN
     j.select_sql := format('SELECT pg_catalog.to_jsonb(k.*)::pg_catalog.text, %s, %s FROM %s AS t JOIN pg_catalog.jsonb_populate_recordset(NULL::%s, $1::pg_catalog.jsonb) AS k ON (%s) OPERATOR(pg_catalog.=) (%s) '
                'FOR KEY SHARE OF t', text_expr, guard, src_from, j.queue, k_src, k_k);
     j.write_sql := CASE WHEN tgt = j.source THEN
-            format('UPDATE %s AS t SET %I = u.e FROM pg_catalog.unnest($1::pg_catalog.jsonb[], $2::%s[], $3::pg_catalog.text[]) AS u(k, e, g) '
+            format('UPDATE %s AS t SET %I = u.e FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.jsonb[]), pg_catalog.unnest($2::%s[]), pg_catalog.unnest($3::pg_catalog.text[])) AS u(k, e, g) '
                    'CROSS JOIN LATERAL pg_catalog.jsonb_populate_record(NULL::%s, u.k) AS kk WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND %s',
                    src_from, j.target, vtype, j.queue, k_src, k_kk, checked)
         ELSE
-            format('WITH u AS (SELECT kk.*, u.e FROM pg_catalog.unnest($1::pg_catalog.jsonb[], $2::%s[], $3::pg_catalog.text[]) AS u(k, e, g) '
+            format('WITH u AS (SELECT kk.*, u.e FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.jsonb[]), pg_catalog.unnest($2::%s[]), pg_catalog.unnest($3::pg_catalog.text[])) AS u(k, e, g) '
                    'CROSS JOIN LATERAL pg_catalog.jsonb_populate_record(NULL::%s, u.k) AS kk '
                    'WHERE EXISTS (SELECT 1 FROM %s AS t WHERE (%s) OPERATOR(pg_catalog.=) (%s) AND %s)), '
                    'd AS (DELETE FROM %s AS g USING u WHERE u.e IS NULL AND (%s) OPERATOR(pg_catalog.=) (%s)) '

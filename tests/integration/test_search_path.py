@@ -110,7 +110,7 @@ def env():
                 c.execute(f"CREATE ROLE {r} LOGIN")
             c.execute(f"ALTER ROLE {r} NOSUPERUSER NOCREATEROLE NOCREATEDB NOBYPASSRLS LOGIN")
             c.execute(f"ALTER ROLE {r} RESET ALL")
-        c.execute("ALTER SYSTEM SET tributary.queue_poll_interval = 200")
+        c.execute("ALTER SYSTEM SET tributary.job_poll_interval = 200")
         c.execute("SELECT pg_reload_conf()")
         c.execute(f"CREATE DATABASE {DB}")
     dsn = make_conninfo(base, dbname=DB)
@@ -158,7 +158,7 @@ def env():
         query = c.execute("SELECT e::text FROM ann.films WHERE id = 10").fetchone()[0]
     yield {"dsn": dsn, "base": base, "query": query}
     with connect(base) as c:
-        c.execute("ALTER SYSTEM RESET tributary.queue_poll_interval")
+        c.execute("ALTER SYSTEM RESET tributary.job_poll_interval")
         c.execute("SELECT pg_reload_conf()")
         c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
 
@@ -261,7 +261,9 @@ def job_case(c, clean, env):
     deadline = time.monotonic() + 90
     while clean.execute("SELECT count(*) FROM ann.jobs_src WHERE e IS NULL").fetchone()[0] > 0 \
             or clean.execute("SELECT count(*) FROM tributary.jobs WHERE id = %s AND queued > 0", (job_id,)).fetchone()[0]:
-        assert time.monotonic() < deadline, f"job {job_id} did not embed the rows: {job_state(clean, job_id)}"
+        state = job_state(clean, job_id)
+        assert time.monotonic() < deadline and state[0] not in ("failed", "cancelled"), \
+            f"job {job_id} did not embed the rows: {state}, {clean.execute('SELECT last_error FROM tributary.jobs WHERE id = %s', (job_id,)).fetchone()}"
         time.sleep(0.3)
     c.execute(f"SELECT public.tributary_job_pause(job => {job_id})")
     c.execute(f"SELECT public.tributary_job_resume(job => {job_id})")
@@ -278,7 +280,9 @@ def chunk_job_case(c, clean, env):
                        "chunk_table => 'ann.doc_chunks', chunk_tokens => 32, name => 'sp_chunks')").fetchone()[0]
     deadline = time.monotonic() + 90
     while clean.execute("SELECT state FROM tributary.jobs WHERE id = %s", (job_id,)).fetchone()[0] != "done":
-        assert time.monotonic() < deadline, f"chunk job {job_id} did not finish: {job_state(clean, job_id)}"
+        state = job_state(clean, job_id)
+        assert time.monotonic() < deadline and state[0] not in ("failed", "cancelled"), \
+            f"chunk job {job_id} did not finish: {state}, {clean.execute('SELECT last_error FROM tributary.jobs WHERE id = %s', (job_id,)).fetchone()}"
         time.sleep(0.3)
     c.execute(f"SELECT public.tributary_chunk_job_drop(job => {job_id})")
     return clean.execute("SELECT count(*), count(*) FILTER (WHERE embedding IS NULL) FROM ann.doc_chunks").fetchall()
@@ -321,7 +325,7 @@ CASES = {
     "tributary_stat_activity()": [{"call": "SELECT 1 FROM public.tributary_stat_activity() LIMIT 0"}],
     "tributary_sessions()": [{"call": "SELECT 1 FROM public.tributary_sessions() LIMIT 0"}],
     "tributary_progress_embed_column()": [{"call": "SELECT 1 FROM public.tributary_progress_embed_column() LIMIT 0"}],
-    "tributary_register_model(text,text,text,text)": [
+    "tributary_register_model(text,text,text,jsonb)": [
         {"call": "SELECT public.tributary_register_model(name => 'sp-model', path => 'all-MiniLM-L6-v2')"}],
     "tributary_drop_model(text)": [{"call": "SELECT public.tributary_drop_model(name => 'sp-model')"}],
     "tributary_predict(regclass,name,name,vector,integer,text)": [
