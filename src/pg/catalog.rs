@@ -127,19 +127,24 @@ pub fn model_file(path: &str, onnx_file: &str) -> PathBuf {
 ///
 /// Errors: XX000 when SPI fails.
 pub fn model_files(name: Option<&str>) -> Result<Vec<PathBuf>> {
-    Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT path, onnx_file FROM tributary.models WHERE $1::text IS NULL OR name = $1",
-            None,
-            &[name.into()],
-        )?;
-        let mut files = Vec::new();
-        for row in rows {
-            if let (Some(path), Some(onnx_file)) = (row.get::<String>(1)?, row.get::<String>(2)?) {
-                files.push(model_file(&path, &onnx_file));
+    super::spi::pinned(|| {
+        Spi::connect(|client| {
+            let rows = client.select(
+                "SELECT path, onnx_file FROM tributary.models \
+                  WHERE $1::pg_catalog.text IS NULL OR name OPERATOR(pg_catalog.=) $1",
+                None,
+                &[name.into()],
+            )?;
+            let mut files = Vec::new();
+            for row in rows {
+                if let (Some(path), Some(onnx_file)) =
+                    (row.get::<String>(1)?, row.get::<String>(2)?)
+                {
+                    files.push(model_file(&path, &onnx_file));
+                }
             }
-        }
-        Ok::<_, pgrx::spi::Error>(files)
+            Ok::<_, pgrx::spi::Error>(files)
+        })
     })
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))
 }
@@ -208,17 +213,11 @@ pub fn model(name: Option<&str>) -> Result<ModelRow> {
     };
     // As JSON, so that a catalog of an older version (without the columns added since, before
     // ALTER EXTENSION tributary UPDATE) reads with their defaults.
-    let json = Spi::connect(|client| {
-        let table = client.select(
-            "SELECT to_jsonb(m) FROM tributary.models m WHERE m.name = $1",
-            Some(1),
-            &[name.as_str().into()],
-        )?;
-        if table.is_empty() {
-            return Ok::<_, pgrx::spi::Error>(None);
-        }
-        table.first().get::<pgrx::JsonB>(1)
-    })
+    let json = super::spi::select_one::<pgrx::JsonB>(
+        "SELECT pg_catalog.to_jsonb(m) FROM tributary.models m \
+          WHERE m.name OPERATOR(pg_catalog.=) $1::pg_catalog.text",
+        &[name.as_str().into()],
+    )
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))?;
     let row = match json {
         Some(pgrx::JsonB(v)) => Some(

@@ -53,6 +53,53 @@ impl RegClass {
     }
 }
 
+/// Relation `oid` as `regclass` prints it under the caller's `search_path` (qualified only when
+/// not visible), for messages; `None` when no relation has this OID. Computed here rather than
+/// by a statement, so that it names the table as the caller would whatever path the statements
+/// run with ([`crate::pg::spi::pinned`]).
+pub fn display_name(oid: pg_sys::Oid) -> Option<String> {
+    let (schema, name) = names(oid)?;
+    // SAFETY: a namespace-search lookup in a transaction; it runs no user code.
+    if unsafe { pg_sys::RelationIsVisible(oid) } {
+        Some(quote(&name))
+    } else {
+        Some(format!("{}.{}", quote(&schema), quote(&name)))
+    }
+}
+
+/// Relation `oid` schema-qualified and quoted, for statements; `None` when no relation has this OID.
+pub fn sql_name(oid: pg_sys::Oid) -> Option<String> {
+    let (schema, name) = names(oid)?;
+    Some(format!("{}.{}", quote(&schema), quote(&name)))
+}
+
+/// (schema, relation name) of `oid`, unquoted.
+fn names(oid: pg_sys::Oid) -> Option<(String, String)> {
+    // SAFETY: syscache lookups by OID; each returns NULL or a palloc'd copy, read here.
+    unsafe {
+        let name = pg_sys::get_rel_name(oid);
+        if name.is_null() {
+            return None;
+        }
+        let schema = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(oid));
+        if schema.is_null() {
+            return None;
+        }
+        Some((
+            std::ffi::CStr::from_ptr(schema)
+                .to_string_lossy()
+                .into_owned(),
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned(),
+        ))
+    }
+}
+
+fn quote(ident: &str) -> String {
+    pgrx::spi::quote_identifier(ident)
+}
+
 impl FromDatum for RegClass {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,

@@ -27,6 +27,9 @@ pub struct Column {
     pub wordless: bool,
     /// The caller may SELECT it.
     pub readable: bool,
+    /// Its type's equality operator (of its default btree operator class) as
+    /// `OPERATOR(schema.name)`, `OPERATOR(pg_catalog.=)` when it has none; and its OID.
+    pub eq: (String, Option<pg_sys::Oid>),
 }
 
 /// A foreign key seen from one table: `cols` of this table match `other_cols` of `other`
@@ -44,6 +47,10 @@ pub struct Table {
     pub oid: pg_sys::Oid,
     /// Relation name, unqualified, for the text.
     pub name: String,
+    /// Its schema's name, unquoted.
+    pub schema: String,
+    /// The role that owns it.
+    pub owner: pg_sys::Oid,
     /// Schema-qualified, quoted, for queries.
     pub sql_name: String,
     pub columns: Vec<Column>,
@@ -157,35 +164,65 @@ pub fn table(oid: pg_sys::Oid) -> Result<Rc<Table>> {
     Ok(t)
 }
 
+/// The equality operator of type `typid`'s default btree operator class (`OPERATOR(pg_catalog.=)`
+/// until it is named by the caller), and its OID when there is one.
+fn equality(typid: pg_sys::Oid) -> (String, Option<pg_sys::Oid>) {
+    let fallback = "OPERATOR(pg_catalog.=)".to_owned();
+    if typid == pg_sys::InvalidOid {
+        return (fallback, None);
+    }
+    // SAFETY: a type cache lookup in a transaction; the entry lives as long as the backend.
+    let opr =
+        unsafe { (*pg_sys::lookup_type_cache(typid, pg_sys::TYPECACHE_EQ_OPR as i32)).eq_opr };
+    (fallback, (opr != pg_sys::InvalidOid).then_some(opr))
+}
+
 fn load_table(oid: pg_sys::Oid) -> Result<Table> {
-    Spi::connect(|client| -> Result<Table> {
-        let args = [oid.into()];
-        let head = client
-            .select("SELECT c.relname::text, $1::regclass::text FROM pg_catalog.pg_class c WHERE c.oid = $1", None, &args)
-            .map_err(spi_error)?;
-        let head = head.first();
-        let name: String = head.get(1).map_err(spi_error)?.unwrap_or_default();
-        let sql_name: String = head.get(2).map_err(spi_error)?.unwrap_or_default();
-        let mut columns = Vec::new();
-        // A column's type seen through domains and arrays (`u`: the type, its base types and
-        // element types): a domain over bytea or a vector[] is opaque, a timestamp[] is dates,
-        // an int[] wordless.
-        for r in client
+    crate::pg::spi::pinned(|| {
+        Spi::connect(|client| -> Result<Table> {
+            let args = [oid.into()];
+            let head = client
+                .select(
+                    "SELECT c.relname::pg_catalog.text, n.nspname::pg_catalog.text, \
+                        pg_catalog.format('%I.%I', n.nspname, c.relname), c.relowner \
+                   FROM pg_catalog.pg_class c \
+                   JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+                  WHERE c.oid OPERATOR(pg_catalog.=) $1",
+                    None,
+                    &args,
+                )
+                .map_err(spi_error)?;
+            let head = head.first();
+            let name: String = head.get(1).map_err(spi_error)?.unwrap_or_default();
+            let schema: String = head.get(2).map_err(spi_error)?.unwrap_or_default();
+            let sql_name: String = head.get(3).map_err(spi_error)?.unwrap_or_default();
+            let owner: pg_sys::Oid = head
+                .get(4)
+                .map_err(spi_error)?
+                .unwrap_or(pg_sys::InvalidOid);
+            let mut columns = Vec::new();
+            // A column's type seen through domains and arrays (`u`: the type, its base types and
+            // element types): a domain over bytea or a vector[] is opaque, a timestamp[] is dates,
+            // an int[] wordless.
+            for r in client
             .select(
-                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), u.dates, u.opaque, \
-                        has_column_privilege(a.attrelid, a.attnum, 'SELECT'), u.wordless \
+                "SELECT a.attname::pg_catalog.text, pg_catalog.format_type(a.atttypid, a.atttypmod), u.dates, u.opaque, \
+                        pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT'), u.wordless, a.atttypid \
                  FROM pg_catalog.pg_attribute a CROSS JOIN LATERAL ( \
                    WITH RECURSIVE u(oid) AS ( \
                      SELECT a.atttypid \
-                     UNION SELECT x.oid FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid \
-                       CROSS JOIN LATERAL (VALUES (t.typbasetype), (CASE WHEN t.typcategory = 'A' THEN t.typelem END)) x(oid) \
-                      WHERE x.oid <> 0) \
-                   SELECT bool_or(t.typcategory = 'D') AS dates, \
-                          bool_or(t.typname::text IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector')) AS opaque, \
-                          bool_or(t.typcategory IN ('N', 'D', 'T', 'B') \
-                                  OR t.oid = 'pg_catalog.uuid'::pg_catalog.regtype) AS wordless \
-                     FROM u JOIN pg_catalog.pg_type t ON t.oid = u.oid) u \
-                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                     UNION SELECT x.oid FROM u JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) u.oid \
+                       CROSS JOIN LATERAL (VALUES (t.typbasetype), \
+                         (CASE WHEN t.typcategory OPERATOR(pg_catalog.=) 'A' THEN t.typelem END)) x(oid) \
+                      WHERE x.oid OPERATOR(pg_catalog.<>) 0) \
+                   SELECT pg_catalog.bool_or(t.typcategory OPERATOR(pg_catalog.=) 'D') AS dates, \
+                          pg_catalog.bool_or(t.typname::pg_catalog.text OPERATOR(pg_catalog.=) \
+                            ANY ('{vector,halfvec,sparsevec,bytea,tsvector}'::pg_catalog.text[])) AS opaque, \
+                          pg_catalog.bool_or(t.typcategory OPERATOR(pg_catalog.=) ANY ('{N,D,T,B}'::pg_catalog.\"char\"[]) \
+                                  OR t.oid OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype) AS wordless \
+                     FROM u JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) u.oid) u \
+                 WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attnum OPERATOR(pg_catalog.>) 0 \
+                   AND NOT a.attisdropped ORDER BY a.attnum",
                 None,
                 &args,
             )
@@ -198,14 +235,42 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
                 opaque: r.get(4).map_err(spi_error)?.unwrap_or(false),
                 readable: r.get(5).map_err(spi_error)?.unwrap_or(false),
                 wordless: r.get(6).map_err(spi_error)?.unwrap_or(false),
+                eq: equality(r.get(7).map_err(spi_error)?.unwrap_or(pg_sys::InvalidOid)),
             });
         }
-        let primary_key: Vec<String> = client
+            // The equality operators by name, qualified: `=` of a type outside pg_catalog (citext)
+            // is found whatever the search_path.
+            let oprs: Vec<pg_sys::Oid> = columns.iter().filter_map(|c| c.eq.1).collect();
+            let mut named = std::collections::HashMap::new();
+            for r in client
+                .select(
+                    "SELECT o.oid, pg_catalog.format('OPERATOR(%I.%s)', n.nspname, o.oprname) \
+                   FROM pg_catalog.pg_operator o \
+                   JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) o.oprnamespace \
+                  WHERE o.oid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.oid[])",
+                    None,
+                    &[oprs.into()],
+                )
+                .map_err(spi_error)?
+            {
+                let oid: Option<pg_sys::Oid> = r.get(1).map_err(spi_error)?;
+                let name: Option<String> = r.get(2).map_err(spi_error)?;
+                if let (Some(oid), Some(name)) = (oid, name) {
+                    named.insert(oid, name);
+                }
+            }
+            for c in &mut columns {
+                if let Some(name) = c.eq.1.and_then(|o| named.get(&o)) {
+                    c.eq.0 = name.clone();
+                }
+            }
+            let primary_key: Vec<String> = client
             .select(
-                "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_catalog.pg_index i \
-                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
-                 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-                 WHERE i.indrelid = $1 AND i.indisprimary",
+                "SELECT pg_catalog.array_agg(a.attname::pg_catalog.text ORDER BY k.ord) FROM pg_catalog.pg_index i \
+                 CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid \
+                   AND a.attnum OPERATOR(pg_catalog.=) k.attnum \
+                 WHERE i.indrelid OPERATOR(pg_catalog.=) $1 AND i.indisprimary",
                 None,
                 &args,
             )
@@ -214,106 +279,116 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
             .get(1)
             .map_err(spi_error)?
             .unwrap_or_default();
-        // Foreign keys both ways, in name order; column lists in key order.
-        // (constraint name, other table, this table's columns, the other table's columns)
-        type RawLinks = Vec<(String, pg_sys::Oid, Vec<String>, Vec<String>)>;
-        let links = |sql_side: &str| -> Result<RawLinks> {
-            let (mine, theirs, other) = if sql_side == "parents" {
-                ("conkey", "confkey", "confrelid")
-            } else {
-                ("confkey", "conkey", "conrelid")
-            };
-            let (mine_rel, theirs_rel) = if sql_side == "parents" {
-                ("conrelid", "confrelid")
-            } else {
-                ("confrelid", "conrelid")
-            };
-            let sql = format!(
-                "SELECT c.conname::text, c.{other}, \
-                   (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.{mine}) WITH ORDINALITY AS k(n, ord) \
-                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.{mine_rel} AND a.attnum = k.n), \
-                   (SELECT array_agg(a.attname::text ORDER BY k.ord) FROM unnest(c.{theirs}) WITH ORDINALITY AS k(n, ord) \
-                      JOIN pg_catalog.pg_attribute a ON a.attrelid = c.{theirs_rel} AND a.attnum = k.n) \
-                 FROM pg_catalog.pg_constraint c WHERE c.contype = 'f' AND c.{mine_rel} = $1 ORDER BY c.conname"
+            // Foreign keys both ways, in name order; column lists in key order.
+            // (constraint name, other table, this table's columns, the other table's columns)
+            type RawLinks = Vec<(String, pg_sys::Oid, Vec<String>, Vec<String>)>;
+            let links = |sql_side: &str| -> Result<RawLinks> {
+                let (mine, theirs, other) = if sql_side == "parents" {
+                    ("conkey", "confkey", "confrelid")
+                } else {
+                    ("confkey", "conkey", "conrelid")
+                };
+                let (mine_rel, theirs_rel) = if sql_side == "parents" {
+                    ("conrelid", "confrelid")
+                } else {
+                    ("confrelid", "conrelid")
+                };
+                let sql = format!(
+                "SELECT c.conname::pg_catalog.text, c.{other}, \
+                   (SELECT pg_catalog.array_agg(a.attname::pg_catalog.text ORDER BY k.ord) \
+                      FROM pg_catalog.unnest(c.{mine}) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.{mine_rel} \
+                       AND a.attnum OPERATOR(pg_catalog.=) k.n), \
+                   (SELECT pg_catalog.array_agg(a.attname::pg_catalog.text ORDER BY k.ord) \
+                      FROM pg_catalog.unnest(c.{theirs}) WITH ORDINALITY AS k(n, ord) \
+                      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.{theirs_rel} \
+                       AND a.attnum OPERATOR(pg_catalog.=) k.n) \
+                 FROM pg_catalog.pg_constraint c \
+                 WHERE c.contype OPERATOR(pg_catalog.=) 'f' AND c.{mine_rel} OPERATOR(pg_catalog.=) $1 \
+                 ORDER BY c.conname"
             );
-            let mut out = Vec::new();
-            for r in client.select(&sql, None, &args).map_err(spi_error)? {
-                out.push((
-                    r.get::<String>(1).map_err(spi_error)?.unwrap_or_default(),
-                    r.get::<pg_sys::Oid>(2)
-                        .map_err(spi_error)?
-                        .unwrap_or(pg_sys::InvalidOid),
-                    r.get::<Vec<String>>(3)
-                        .map_err(spi_error)?
-                        .unwrap_or_default(),
-                    r.get::<Vec<String>>(4)
-                        .map_err(spi_error)?
-                        .unwrap_or_default(),
-                ));
+                let mut out = Vec::new();
+                for r in client.select(&sql, None, &args).map_err(spi_error)? {
+                    out.push((
+                        r.get::<String>(1).map_err(spi_error)?.unwrap_or_default(),
+                        r.get::<pg_sys::Oid>(2)
+                            .map_err(spi_error)?
+                            .unwrap_or(pg_sys::InvalidOid),
+                        r.get::<Vec<String>>(3)
+                            .map_err(spi_error)?
+                            .unwrap_or_default(),
+                        r.get::<Vec<String>>(4)
+                            .map_err(spi_error)?
+                            .unwrap_or_default(),
+                    ));
+                }
+                Ok(out)
+            };
+            let relname = |oid: pg_sys::Oid| -> Result<String> {
+                Ok(client
+                    .select(
+                        "SELECT relname::pg_catalog.text FROM pg_catalog.pg_class \
+                      WHERE oid OPERATOR(pg_catalog.=) $1",
+                        None,
+                        &[oid.into()],
+                    )
+                    .map_err(spi_error)?
+                    .first()
+                    .get::<String>(1)
+                    .map_err(spi_error)?
+                    .unwrap_or_default())
+            };
+            let mut key_columns: HashSet<String> = primary_key.iter().cloned().collect();
+            let mut parents = Vec::new();
+            let raw = links("parents")?;
+            for (_, other, cols, other_cols) in &raw {
+                key_columns.extend(cols.iter().cloned());
+                // album_id → album, reports_to → reports_to; a composite key: the parent's name.
+                let label = match cols.as_slice() {
+                    [one] => one
+                        .strip_suffix("_id")
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or(one)
+                        .to_owned(),
+                    _ => relname(*other)?,
+                };
+                parents.push(Link {
+                    label,
+                    cols: cols.clone(),
+                    other: *other,
+                    other_cols: other_cols.clone(),
+                });
             }
-            Ok(out)
-        };
-        let relname = |oid: pg_sys::Oid| -> Result<String> {
-            Ok(client
-                .select(
-                    "SELECT relname::text FROM pg_catalog.pg_class WHERE oid = $1",
-                    None,
-                    &[oid.into()],
-                )
-                .map_err(spi_error)?
-                .first()
-                .get::<String>(1)
-                .map_err(spi_error)?
-                .unwrap_or_default())
-        };
-        let mut key_columns: HashSet<String> = primary_key.iter().cloned().collect();
-        let mut parents = Vec::new();
-        let raw = links("parents")?;
-        for (_, other, cols, other_cols) in &raw {
-            key_columns.extend(cols.iter().cloned());
-            // album_id → album, reports_to → reports_to; a composite key: the parent's name.
-            let label = match cols.as_slice() {
-                [one] => one
-                    .strip_suffix("_id")
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or(one)
-                    .to_owned(),
-                _ => relname(*other)?,
-            };
-            parents.push(Link {
-                label,
-                cols: cols.clone(),
-                other: *other,
-                other_cols: other_cols.clone(),
-            });
-        }
-        let mut children = Vec::new();
-        let raw = links("children")?;
-        for (_, other, cols, other_cols) in &raw {
-            let child = relname(*other)?;
-            // Two foreign keys from one child table: tell them apart by the child's column.
-            let twice = raw.iter().filter(|(_, o, _, _)| o == other).count() > 1;
-            let label = if twice {
-                format!("{child} ({})", other_cols.join(", "))
-            } else {
-                child
-            };
-            children.push(Link {
-                label,
-                cols: cols.clone(),
-                other: *other,
-                other_cols: other_cols.clone(),
-            });
-        }
-        Ok(Table {
-            oid,
-            name,
-            sql_name,
-            columns,
-            primary_key,
-            key_columns,
-            parents,
-            children,
+            let mut children = Vec::new();
+            let raw = links("children")?;
+            for (_, other, cols, other_cols) in &raw {
+                let child = relname(*other)?;
+                // Two foreign keys from one child table: tell them apart by the child's column.
+                let twice = raw.iter().filter(|(_, o, _, _)| o == other).count() > 1;
+                let label = if twice {
+                    format!("{child} ({})", other_cols.join(", "))
+                } else {
+                    child
+                };
+                children.push(Link {
+                    label,
+                    cols: cols.clone(),
+                    other: *other,
+                    other_cols: other_cols.clone(),
+                });
+            }
+            Ok(Table {
+                oid,
+                name,
+                schema,
+                owner,
+                sql_name,
+                columns,
+                primary_key,
+                key_columns,
+                parents,
+                children,
+            })
         })
     })
 }

@@ -10,6 +10,8 @@ use pgrx::spi::quote_identifier;
 use crate::pg::catalog::{self, ModelRow};
 use crate::pg::error::{spi_error, Result, TributaryError};
 use crate::pg::gucs;
+use crate::pg::regclass;
+use crate::pg::spi::pinned;
 use crate::pg::vector::VectorType;
 use crate::service::embed::{apply_truncation, release_memory};
 use crate::service::rows::RowOptions;
@@ -51,7 +53,7 @@ pub(crate) fn embed_column(
         target: plan.target,
         prompt: prompt_name.as_deref(),
     };
-    let total: i64 = Spi::get_one(&plan.count_sql)
+    let total: i64 = pinned(|| Spi::get_one(&plan.count_sql))
         .map_err(spi_error)?
         .unwrap_or(0);
     // Seen by other sessions in tributary.progress_embed_column until this call ends.
@@ -66,57 +68,61 @@ pub(crate) fn embed_column(
     // The cursor outlives the per-batch SPI connections below, so that each batch's tuples,
     // texts and vector datums are freed when its connection finishes: memory stays flat
     // whatever the table's size.
-    let cursor_name = Spi::connect(|c| {
-        c.open_cursor(plan.select_sql.as_str(), &[])
-            .detach_into_name()
+    let cursor_name = pinned(|| {
+        Spi::connect(|c| {
+            c.open_cursor(plan.select_sql.as_str(), &[])
+                .detach_into_name()
+        })
     });
     loop {
         pgrx::check_for_interrupts!();
-        let (read, written, cut) = Spi::connect_mut(|client| -> Result<(i64, i64, usize)> {
-            let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
-            // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
-            let rows = cursor
-                .fetch((batch_size as i64).min(gucs::max_texts_per_call() as i64))
-                .map_err(spi_error)?;
-            let mut tids = Vec::with_capacity(rows.len());
-            let mut rels = Vec::with_capacity(rows.len());
-            let mut raw = Vec::with_capacity(rows.len());
-            for row in rows {
-                tids.push(
-                    row.get::<pg_sys::ItemPointerData>(1)
-                        .map_err(spi_error)?
-                        .expect("ctid is never NULL"),
-                );
-                rels.push(
-                    row.get::<pg_sys::Oid>(3)
-                        .map_err(spi_error)?
-                        .expect("tableoid is never NULL"),
-                );
-                // Never NULL: the filter asks for some text (a whole row's JSON is never NULL).
-                raw.push(Some(
-                    row.get::<String>(2).map_err(spi_error)?.unwrap_or_default(),
-                ));
-            }
-            if tids.is_empty() {
-                // Dropping the found cursor closes it.
-                return Ok((0, 0, 0));
-            }
-            std::mem::forget(cursor);
-            let vectors = rows_to_vectors.run(raw)?;
-            let read = tids.len() as i64;
-            // The rows the UPDATE wrote, which can be fewer than those read: row-level security
-            // lets the caller read rows its UPDATE policies hide, and a row changed by another
-            // transaction since the cursor's snapshot has a new ctid. Those rows are not written
-            // and not counted.
-            let written = client
-                .update(
-                    plan.update_sql.as_str(),
-                    None,
-                    &[rels.into(), tids.into(), vectors.datum],
-                )
-                .map_err(spi_error)?
-                .len() as i64;
-            Ok((read, written, vectors.truncated))
+        let (read, written, cut) = pinned(|| {
+            Spi::connect_mut(|client| -> Result<(i64, i64, usize)> {
+                let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
+                // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
+                let rows = cursor
+                    .fetch((batch_size as i64).min(gucs::max_texts_per_call() as i64))
+                    .map_err(spi_error)?;
+                let mut tids = Vec::with_capacity(rows.len());
+                let mut rels = Vec::with_capacity(rows.len());
+                let mut raw = Vec::with_capacity(rows.len());
+                for row in rows {
+                    tids.push(
+                        row.get::<pg_sys::ItemPointerData>(1)
+                            .map_err(spi_error)?
+                            .expect("ctid is never NULL"),
+                    );
+                    rels.push(
+                        row.get::<pg_sys::Oid>(3)
+                            .map_err(spi_error)?
+                            .expect("tableoid is never NULL"),
+                    );
+                    // Never NULL: the filter asks for some text (a whole row's JSON is never NULL).
+                    raw.push(Some(
+                        row.get::<String>(2).map_err(spi_error)?.unwrap_or_default(),
+                    ));
+                }
+                if tids.is_empty() {
+                    // Dropping the found cursor closes it.
+                    return Ok((0, 0, 0));
+                }
+                std::mem::forget(cursor);
+                let vectors = rows_to_vectors.run(raw)?;
+                let read = tids.len() as i64;
+                // The rows the UPDATE wrote, which can be fewer than those read: row-level security
+                // lets the caller read rows its UPDATE policies hide, and a row changed by another
+                // transaction since the cursor's snapshot has a new ctid. Those rows are not written
+                // and not counted.
+                let written = client
+                    .update(
+                        plan.update_sql.as_str(),
+                        None,
+                        &[rels.into(), tids.into(), vectors.datum],
+                    )
+                    .map_err(spi_error)?
+                    .len() as i64;
+                Ok((read, written, vectors.truncated))
+            })
         })?;
         truncated += cut;
         if read == 0 {
@@ -150,31 +156,38 @@ fn bind_column(
     model: &ModelRow,
     prompt: Option<&str>,
 ) -> Result<()> {
-    let may_update = Spi::get_one_with_args::<bool>(
-        "SELECT pg_catalog.has_column_privilege($1, $2::pg_catalog.text, 'UPDATE')",
-        &[tbl.into(), target.into()],
-    )
+    let may_update = pinned(|| {
+        Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.has_column_privilege($1, $2::pg_catalog.text, 'UPDATE')",
+            &[tbl.into(), target.into()],
+        )
+    })
     .map_err(spi_error)?
     .unwrap_or(false);
     // No _bind_column before 0.3.0 (ALTER EXTENSION tributary UPDATE not run): nothing recorded.
-    let bindable = Spi::get_one::<bool>(
-        "SELECT pg_catalog.to_regprocedure('tributary._bind_column(regclass, name, text, text, text)') IS NOT NULL",
-    )
+    let bindable = pinned(|| {
+        Spi::get_one::<bool>(
+            "SELECT pg_catalog.to_regprocedure('tributary._bind_column(regclass, name, text, text, text)') IS NOT NULL",
+        )
+    })
     .map_err(spi_error)?
     .unwrap_or(false);
     if !may_update || !bindable {
         return Ok(());
     }
     crate::pg::roles::as_role(crate::pg::roles::extension_owner(), || {
-        Spi::get_one_with_args::<bool>(
-            "SELECT tributary._bind_column($1::pg_catalog.regclass, $2::pg_catalog.name, $3, $4, 'tributary_embed_column')",
-            &[
-                tbl.into(),
-                target.into(),
-                model.name.as_str().into(),
-                prompt.into(),
-            ],
-        )
+        pinned(|| {
+            Spi::get_one_with_args::<bool>(
+                "SELECT tributary._bind_column($1::pg_catalog.regclass, $2::pg_catalog.name, \
+                    $3::pg_catalog.text, $4::pg_catalog.text, 'tributary_embed_column')",
+                &[
+                    tbl.into(),
+                    target.into(),
+                    model.name.as_str().into(),
+                    prompt.into(),
+                ],
+            )
+        })
     })
     .map_err(spi_error)?;
     Ok(())
@@ -197,28 +210,34 @@ impl Plan {
         model: &ModelRow,
         whole_row: bool,
     ) -> Result<Self> {
-        let relname: String = Spi::get_one_with_args("SELECT $1::regclass::text", &[tbl.into()])
-            .map_err(spi_error)?
-            .ok_or_else(|| TributaryError::InvalidArgument {
-                message: format!("relation with OID {} does not exist", tbl.to_u32()),
-                hint: None,
-            })?;
+        // Messages name the table as the caller's search_path shows it; statements by its
+        // qualified name.
+        let missing = || TributaryError::InvalidArgument {
+            message: format!("relation with OID {} does not exist", tbl.to_u32()),
+            hint: None,
+        };
+        let relname = regclass::display_name(tbl).ok_or_else(missing)?;
+        let sql_name = regclass::sql_name(tbl).ok_or_else(missing)?;
         // Rows are written back by (tableoid, ctid): ordinary and partitioned tables (with
         // their partitions and inheritance children) only.
-        let relkind: Option<i8> = Spi::get_one_with_args(
-            "SELECT (SELECT relkind FROM pg_catalog.pg_class WHERE oid = $1)",
-            &[tbl.into()],
-        )
+        let relkind: Option<i8> = pinned(|| {
+            Spi::get_one_with_args(
+                "SELECT (SELECT relkind FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) $1)",
+                &[tbl.into()],
+            )
+        })
         .map_err(spi_error)?;
         if !matches!(relkind.map(|k| k as u8), Some(b'r') | Some(b'p')) {
             return Err(TributaryError::NotATable(relname));
         }
         // Privileges before names: a caller who may read nothing of the table learns nothing
         // of its columns (42501, not 42703). Per-column SELECT is checked by the reads themselves.
-        let readable = Spi::get_one_with_args::<bool>(
-            "SELECT pg_catalog.has_any_column_privilege($1, 'SELECT')",
-            &[tbl.into()],
-        )
+        let readable = pinned(|| {
+            Spi::get_one_with_args::<bool>(
+                "SELECT pg_catalog.has_any_column_privilege($1, 'SELECT')",
+                &[tbl.into()],
+            )
+        })
         .map_err(spi_error)?
         .unwrap_or(false);
         if !readable {
@@ -233,12 +252,12 @@ impl Plan {
         let target_type = target_column(tbl, target, model)?;
         let cols: Vec<String> = columns.iter().map(quote_identifier).collect();
         let text_expr = if cols.len() == 1 {
-            format!("{}::text", cols[0])
+            format!("{}::pg_catalog.text", cols[0])
         } else {
             format!(
-                "concat_ws(E'\\n', {})",
+                "pg_catalog.concat_ws(E'\\n', {})",
                 cols.iter()
-                    .map(|c| format!("{c}::text"))
+                    .map(|c| format!("{c}::pg_catalog.text"))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
@@ -247,24 +266,29 @@ impl Plan {
         let (text_expr, filter) = if whole_row {
             // t.*: the row, even when the table has a column named t.
             (
-                "row_to_json(t.*)::text".to_owned(),
+                "pg_catalog.row_to_json(t.*)::pg_catalog.text".to_owned(),
                 format!("{target} IS NULL"),
             )
         } else {
             (
                 text_expr,
-                format!("{target} IS NULL AND num_nonnulls({}) > 0", cols.join(", ")),
+                format!(
+                    "{target} IS NULL AND pg_catalog.num_nonnulls({}) OPERATOR(pg_catalog.>) 0",
+                    cols.join(", ")
+                ),
             )
         };
         Ok(Plan {
             target: target_type,
-            count_sql: format!("SELECT count(*) FROM {relname} WHERE {filter}"),
+            count_sql: format!("SELECT pg_catalog.count(*) FROM {sql_name} AS t WHERE {filter}"),
             // A ctid is unique within one table only: rows of partitions and inheritance
             // children are told apart by tableoid.
-            select_sql: format!("SELECT ctid, {text_expr}, tableoid FROM {relname} AS t WHERE {filter}"),
+            select_sql: format!("SELECT ctid, {text_expr}, tableoid FROM {sql_name} AS t WHERE {filter}"),
             update_sql: format!(
-                "UPDATE {relname} AS t SET {target} = u.e FROM unnest($1::oid[], $2::tid[], $3) AS u(rel, id, e) \
-                 WHERE t.tableoid = u.rel AND t.ctid = u.id"
+                "UPDATE {sql_name} AS t SET {target} = u.e \
+                   FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.oid[]), \
+                                   pg_catalog.unnest($2::pg_catalog.tid[]), pg_catalog.unnest($3)) AS u(rel, id, e) \
+                 WHERE t.tableoid OPERATOR(pg_catalog.=) u.rel AND t.ctid OPERATOR(pg_catalog.=) u.id"
             ),
         })
     }
@@ -275,13 +299,15 @@ impl Plan {
 /// shards' own CPUs or GPUs do nothing. A job on the table embeds on each shard instead
 /// (sql/shards.sql). README, "Past one server".
 fn notice_foreign_partitions(tbl: pg_sys::Oid, relname: &str) -> Result<()> {
-    let servers: Option<String> = Spi::get_one_with_args(
-        "SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(s.srvname), ', ')
-           FROM pg_catalog.pg_partition_tree($1) t
-           JOIN pg_catalog.pg_foreign_table f ON f.ftrelid = t.relid
-           JOIN pg_catalog.pg_foreign_server s ON s.oid = f.ftserver",
-        &[tbl.into()],
-    )
+    let servers: Option<String> = pinned(|| {
+        Spi::get_one_with_args(
+            "SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(s.srvname), ', ')
+               FROM pg_catalog.pg_partition_tree($1) t
+               JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) t.relid
+               JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver",
+            &[tbl.into()],
+        )
+    })
     .map_err(spi_error)?;
     if let Some(servers) = servers {
         pgrx::pg_sys::panic::ErrorReport::new(
@@ -300,11 +326,15 @@ fn notice_foreign_partitions(tbl: pg_sys::Oid, relname: &str) -> Result<()> {
 
 /// 42703 unless `tbl` has a column `column`.
 fn require_column(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<()> {
-    let found = Spi::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
-         WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped)",
-        &[tbl.into(), column.into()],
-    )
+    let found = pinned(|| {
+        Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
+             WHERE a.attrelid OPERATOR(pg_catalog.=) $1 \
+               AND a.attname OPERATOR(pg_catalog.=) $2::pg_catalog.name \
+               AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped)",
+            &[tbl.into(), column.into()],
+        )
+    })
     .map_err(spi_error)?;
     if found != Some(true) {
         return Err(TributaryError::UndefinedColumn {
@@ -319,15 +349,18 @@ fn require_column(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<()> {
 /// `tributary._target_column` (sql/bootstrap.sql), the one check jobs and prediction use too:
 /// 42703 no such column, 42804 not vector/halfvec, 22000 a dimension other than the model's.
 fn target_column(tbl: pg_sys::Oid, target: &str, model: &ModelRow) -> Result<VectorType> {
-    let typname = Spi::get_one_with_args::<String>(
-        "SELECT tributary._target_column($1::pg_catalog.regclass, $2::pg_catalog.name, $3, $4)",
-        &[
-            tbl.into(),
-            target.into(),
-            model.name.as_str().into(),
-            (model.dimension as i32).into(),
-        ],
-    )
+    let typname = pinned(|| {
+        Spi::get_one_with_args::<String>(
+            "SELECT tributary._target_column($1::pg_catalog.regclass, $2::pg_catalog.name, \
+                    $3::pg_catalog.text, $4::pg_catalog.int4)",
+            &[
+                tbl.into(),
+                target.into(),
+                model.name.as_str().into(),
+                (model.dimension as i32).into(),
+            ],
+        )
+    })
     .map_err(spi_error)?
     .unwrap_or_default();
     VectorType::from_name(&typname).ok_or_else(|| {
