@@ -32,8 +32,24 @@ fn options(
         })
         .transpose()
     }
+    // `table.*` / `schema.table.*` entries name context tables to read whoever owns them; the
+    // others are columns of the row itself (none: all columns, unless include is empty).
+    let (include, tables) = match names(include, "an element of include")? {
+        None => (None, Vec::new()),
+        Some(all) => {
+            let (tables, columns): (Vec<String>, Vec<String>) =
+                all.into_iter().partition(|e| e.ends_with(".*"));
+            let tables: Vec<String> = tables
+                .into_iter()
+                .map(|t| t.trim_end_matches(".*").to_owned())
+                .collect();
+            let columns = (!columns.is_empty() || tables.is_empty()).then_some(columns);
+            (columns, tables)
+        }
+    };
     Ok(RowOptions {
-        include: names(include, "an element of include")?,
+        include,
+        tables,
         exclude: names(exclude, "an element of exclude")?.unwrap_or_default(),
         parents: parents.ok_or(TributaryError::NullArgument("parents"))?,
         children: children.ok_or(TributaryError::NullArgument("children"))?,
@@ -77,6 +93,11 @@ fn options(
 /// cannot see is neither shown nor counted; a far table whose key it cannot read gives no line),
 /// ordered and cut by the link table's time column and `as_of` (the far table's time column is
 /// also compared with `as_of`), never the row itself.
+///
+/// Child and link tables (and a link table's far table) are read only when owned by the row
+/// table's owner or by a role the current role is a member of, or named in `include` as
+/// `table.*` or `schema.table.*` (such entries do not limit the row's own columns); others are
+/// left out silently: reading a table runs its owner's row-level security policies as the reader.
 ///
 /// NULL `row` gives NULL (whatever the options); NULL `include`, `exclude`, `time_columns`, `as_of`, `max_tokens` are
 /// "not given", NULL `model` the default model (`tributary.model`).

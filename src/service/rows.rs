@@ -33,6 +33,9 @@ use crate::service::embed::embed_one;
 pub(crate) struct RowOptions {
     /// Only these columns of the row itself (`None`: all).
     pub include: Option<Vec<String>>,
+    /// Tables named in `include` as `table.*` or `schema.table.*` (unquoted, as in the text):
+    /// read as children or link-table context even when another role owns them ([`trusted`]).
+    pub tables: Vec<String>,
     /// Left out: `column` of the row itself, or `table.column` in any table of the context.
     /// Leaving out a foreign key column also leaves out the parent it reaches.
     pub exclude: Vec<String>,
@@ -114,30 +117,39 @@ fn select(
     let mut conds = Vec::new();
     for (c, v) in cols.iter().zip(values) {
         args.push(v.clone().into());
-        let ty = &table.column(c).expect("readable checked it").sql_type;
+        let col = table.column(c).expect("readable checked it");
         conds.push(format!(
-            "{} = CAST(${} AS {ty})",
+            "{} {} CAST(${} AS {})",
             quote_identifier(c),
-            args.len()
+            col.eq.0,
+            args.len(),
+            col.sql_type
         ));
     }
     for (not_cols, not_values) in not {
-        let (mut lhs, mut rhs) = (Vec::new(), Vec::new());
+        // Not that row: not every key column equal (a NULL column is not equal; the values
+        // are never NULL), by the types' own equality operators.
+        let mut equal = Vec::new();
         for (c, v) in not_cols.iter().zip(not_values.iter()) {
             args.push(v.clone().into());
-            let ty = &table.column(c).expect("readable checked it").sql_type;
-            lhs.push(quote_identifier(c));
-            rhs.push(format!("CAST(${} AS {ty})", args.len()));
+            let col = table.column(c).expect("readable checked it");
+            equal.push(format!(
+                "{} {} CAST(${} AS {})",
+                quote_identifier(c),
+                col.eq.0,
+                args.len(),
+                col.sql_type
+            ));
         }
-        conds.push(format!(
-            "ROW({}) IS DISTINCT FROM ROW({})",
-            lhs.join(", "),
-            rhs.join(", ")
-        ));
+        conds.push(format!("({}) IS NOT TRUE", equal.join(" AND ")));
     }
     if let (Some(t), Some(as_of)) = (table.time_column(&opts.time_columns), opts.as_of) {
         args.push(as_of.into());
-        conds.push(format!("{} <= ${}", quote_identifier(&t.name), args.len()));
+        conds.push(format!(
+            "{} OPERATOR(pg_catalog.<=) ${}",
+            quote_identifier(&t.name),
+            args.len()
+        ));
     }
     if conds.is_empty() {
         conds.push("true".to_owned()); // a far table's rows: all of them (joined by the caller)
@@ -204,23 +216,25 @@ fn json_rows<const N: usize>(
     args: &[DatumWithOid],
     window: usize,
 ) -> Result<Vec<Records<N>>> {
-    Spi::connect(|client| {
-        let mut out = Vec::new();
-        let mut table = client.select(sql, None, args).map_err(spi_error)?;
-        'rows: while table.next().is_some() {
-            let count: i64 = table.get(N + 1).ok().flatten().unwrap_or(1);
-            let mut records: [Map<String, Value>; N] = std::array::from_fn(|_| Map::new());
-            for (i, record) in records.iter_mut().enumerate() {
-                let Some(datum) = table.get_datum_by_ordinal(i + 1).map_err(spi_error)? else {
-                    continue 'rows;
-                };
-                // SAFETY: columns 1..=N are whole-row values (composite datums) of the SPI
-                // result, which lives until the connection closes, after this loop.
-                *record = unsafe { record::record_values(datum, window)? }.1;
+    crate::pg::spi::pinned(|| {
+        Spi::connect(|client| {
+            let mut out = Vec::new();
+            let mut table = client.select(sql, None, args).map_err(spi_error)?;
+            'rows: while table.next().is_some() {
+                let count: i64 = table.get(N + 1).ok().flatten().unwrap_or(1);
+                let mut records: [Map<String, Value>; N] = std::array::from_fn(|_| Map::new());
+                for (i, record) in records.iter_mut().enumerate() {
+                    let Some(datum) = table.get_datum_by_ordinal(i + 1).map_err(spi_error)? else {
+                        continue 'rows;
+                    };
+                    // SAFETY: columns 1..=N are whole-row values (composite datums) of the SPI
+                    // result, which lives until the connection closes, after this loop.
+                    *record = unsafe { record::record_values(datum, window)? }.1;
+                }
+                out.push((records, count));
             }
-            out.push((records, count));
-        }
-        Ok(out)
+            Ok(out)
+        })
     })
 }
 
@@ -303,7 +317,7 @@ fn gather(
                 continue;
             };
             let [p] = row_aliases([&parent]);
-            let sql = format!("SELECT {p}, 1::bigint FROM ({select} LIMIT 1) {p}");
+            let sql = format!("SELECT {p}, 1::pg_catalog.int8 FROM ({select} LIMIT 1) {p}");
             if let Some(([map], _)) = json_rows(&sql, &args, window)?.into_iter().next() {
                 // Reached by another key than the one it was shown under: compare every key.
                 if !mark_shown(&parent, &map, seen) {
@@ -330,8 +344,14 @@ fn gather(
                 continue;
             };
             let child = relation::table(link.other)?;
+            if !trusted(table, &child, opts) {
+                continue;
+            }
             if opts.template >= 2 {
                 if let Some(far_link) = far_link(table, &child, link, opts) {
+                    if !trusted(table, &*relation::table(far_link.other)?, opts) {
+                        continue;
+                    }
                     if let Some(c) = through_link(&child, link, far_link, &key, opts, window, seen)?
                     {
                         through.push((row.children.len(), link.label.clone()));
@@ -375,7 +395,8 @@ fn gather(
                 format!(" ORDER BY {}", order.join(", "))
             };
             let sql = format!(
-                "SELECT {c}, count(*) OVER ()::bigint FROM ({select}) {c}{order} LIMIT {}",
+                "SELECT {c}, pg_catalog.count(*) OVER ()::pg_catalog.int8 \
+                   FROM ({select}) {c}{order} LIMIT {}",
                 opts.children
             );
             let found = json_rows::<1>(&sql, &args, window)?;
@@ -411,6 +432,24 @@ fn gather(
         }
     }
     Ok(row)
+}
+
+/// Whether `other`'s rows may be read as children or link-table context of a row of `table`:
+/// it is owned by `table`'s owner or by a role the current role is a member of (superuser
+/// status not counting), or `include` names it (`table.*`, `schema.table.*`). Reading a table
+/// runs its owner's code (row-level security policies, functions in them) as the reader, and a
+/// role needs only REFERENCES on `table` to make a table that references it; a table left out
+/// is not read at all (README, "Rows as text").
+fn trusted(table: &Table, other: &Table, opts: &RowOptions) -> bool {
+    // SAFETY: a role membership lookup (cached by the backend) in a transaction.
+    other.owner == table.owner
+        || unsafe { pg_sys::is_member_of_role_nosuper(pg_sys::GetUserId(), other.owner) }
+        || opts.tables.iter().any(|t| {
+            *t == other.name
+                || t.strip_prefix(&*other.schema)
+                    .and_then(|r| r.strip_prefix('.'))
+                    == Some(&*other.name)
+        })
 }
 
 /// Whether `column` of the row itself is named in `include` (so shown whatever its type).
@@ -482,7 +521,15 @@ fn through_link(
         .cols
         .iter()
         .zip(&far_link.other_cols)
-        .map(|(a, b)| format!("{l}.{} = {f}.{}", quote_identifier(a), quote_identifier(b)))
+        .map(|(a, b)| {
+            // The referenced column's equality (the foreign key's own compares across types).
+            let eq = &far.column(b).expect("readable checked it").eq.0;
+            format!(
+                "{l}.{} {eq} {f}.{}",
+                quote_identifier(a),
+                quote_identifier(b)
+            )
+        })
         .collect();
     let mut order: Vec<String> = Vec::new();
     if let Some(t) = child.time_column(&opts.time_columns) {
@@ -503,7 +550,7 @@ fn through_link(
         format!(" ORDER BY {}", order.join(", "))
     };
     let sql = format!(
-        "SELECT {l}, {f}, count(*) OVER ()::bigint FROM ({link_select}) {l} \
+        "SELECT {l}, {f}, pg_catalog.count(*) OVER ()::pg_catalog.int8 FROM ({link_select}) {l} \
          JOIN ({far_select}) {f} ON {}{order} LIMIT {}",
         on.join(" AND "),
         opts.children
