@@ -128,7 +128,7 @@ fn register(
     }
     let sql = format!(
         "INSERT INTO tributary.models AS m (name, {}) VALUES ($1, {}) \
-         ON CONFLICT (name) DO UPDATE SET {}, registered_at = now()",
+         ON CONFLICT (name) DO UPDATE SET {}, registered_at = pg_catalog.now()",
         columns.join(", "),
         (2..=columns.len() + 1)
             .map(|k| format!("${k}"))
@@ -140,7 +140,7 @@ fn register(
             .collect::<Vec<_>>()
             .join(", "),
     );
-    Spi::run_with_args(&sql, &values)
+    crate::pg::spi::pinned(|| Spi::run_with_args(&sql, &values))
         .map_err(|e| TributaryError::Internal(format!("registering model failed: {e}")))?;
     Ok(before)
 }
@@ -150,7 +150,8 @@ fn register(
 fn catalog_has_prompts() -> Result<bool> {
     crate::pg::spi::select_one::<bool>(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
-          WHERE attrelid = 'tributary.models'::pg_catalog.regclass AND attname = 'prompts' AND NOT attisdropped)",
+          WHERE attrelid OPERATOR(pg_catalog.=) 'tributary.models'::pg_catalog.regclass \
+            AND attname OPERATOR(pg_catalog.=) 'prompts' AND NOT attisdropped)",
         &[],
     )
     .map(|b| b.unwrap_or(false))
@@ -198,10 +199,13 @@ fn tributary_drop_model(name: &str) {
             "permission denied to drop a model".into(),
         ));
     }
-    let deleted = Spi::get_two_with_args::<String, String>(
-        "DELETE FROM tributary.models WHERE name = $1 RETURNING path, onnx_file",
-        &[name.into()],
-    );
+    let deleted = crate::pg::spi::pinned(|| {
+        Spi::get_two_with_args::<String, String>(
+            "DELETE FROM tributary.models WHERE name OPERATOR(pg_catalog.=) $1::pg_catalog.text \
+             RETURNING path, onnx_file",
+            &[name.into()],
+        )
+    });
     let Ok((Some(path), Some(onnx_file))) = deleted else {
         crate::pg::error::raise(TributaryError::UnknownModel(name.into()));
     };

@@ -17,7 +17,7 @@ use crate::pg::error::{spi_error, OrRaise};
 /// the bootstrap superuser when the extension row cannot be found.
 pub fn extension_owner() -> pg_sys::Oid {
     crate::pg::spi::select_one::<pg_sys::Oid>(
-        "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'tributary'",
+        "SELECT extowner FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'tributary'",
         &[],
     )
     .map_err(spi_error)

@@ -114,9 +114,10 @@ fn pgvector_type(cache: &Cell<pg_sys::Oid>, name: &str) -> pg_sys::Oid {
     if cache.get() == pg_sys::InvalidOid {
         let oid = crate::pg::spi::select_one::<pg_sys::Oid>(
             "SELECT t.oid FROM pg_catalog.pg_type t \
-             JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' \
-             JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
-             WHERE e.extname = 'vector' AND t.typname = $1",
+             JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass \
+              AND d.objid OPERATOR(pg_catalog.=) t.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+             JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
+             WHERE e.extname OPERATOR(pg_catalog.=) 'vector' AND t.typname OPERATOR(pg_catalog.=) $1::pg_catalog.name",
             &[name.into()],
         )
         .map_err(spi_error)

@@ -349,20 +349,35 @@ fn require_column(tbl: pg_sys::Oid, relname: &str, column: &str) -> Result<()> {
 /// `tributary._target_column` (sql/bootstrap.sql), the one check jobs and prediction use too:
 /// 42703 no such column, 42804 not vector/halfvec, 22000 a dimension other than the model's.
 fn target_column(tbl: pg_sys::Oid, target: &str, model: &ModelRow) -> Result<VectorType> {
-    let typname = pinned(|| {
-        Spi::get_one_with_args::<String>(
-            "SELECT tributary._target_column($1::pg_catalog.regclass, $2::pg_catalog.name, \
-                    $3::pg_catalog.text, $4::pg_catalog.int4)",
-            &[
-                tbl.into(),
-                target.into(),
-                model.name.as_str().into(),
-                (model.dimension as i32).into(),
-            ],
+    // Its messages name the table as the caller's search_path shows it (`relname`, 0.8.0's
+    // function has no such argument: there it prints the regclass under its own pinned path).
+    let named = pinned(|| {
+        Spi::get_one::<bool>(
+            "SELECT pg_catalog.to_regprocedure('tributary._target_column(regclass, name, text, integer, text, text)') IS NOT NULL",
         )
     })
     .map_err(spi_error)?
-    .unwrap_or_default();
+    .unwrap_or(false);
+    let sql = if named {
+        "SELECT tributary._target_column($1::pg_catalog.regclass, $2::pg_catalog.name, \
+                $3::pg_catalog.text, $4::pg_catalog.int4, relname => $5::pg_catalog.text)"
+    } else {
+        "SELECT tributary._target_column($1::pg_catalog.regclass, $2::pg_catalog.name, \
+                $3::pg_catalog.text, $4::pg_catalog.int4)"
+    };
+    let relname = crate::pg::regclass::display_name(tbl).unwrap_or_default();
+    let mut args = vec![
+        tbl.into(),
+        target.into(),
+        model.name.as_str().into(),
+        (model.dimension as i32).into(),
+    ];
+    if named {
+        args.push(relname.as_str().into());
+    }
+    let typname = pinned(|| Spi::get_one_with_args::<String>(sql, &args))
+        .map_err(spi_error)?
+        .unwrap_or_default();
     VectorType::from_name(&typname).ok_or_else(|| {
         TributaryError::Internal(format!(
             "tributary._target_column gave \"{typname}\" for column \"{target}\""
