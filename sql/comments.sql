@@ -48,6 +48,8 @@ COMMENT ON FUNCTION tributary._match_score() IS 'Internal (tributary_match): sco
 COMMENT ON FUNCTION tributary._match_auto_threshold(boolean) IS 'Internal (tributary_match): the minimum-error cut of every row''s best and second-best candidate scores.';
 COMMENT ON FUNCTION tributary._match_accepted(boolean, double precision, boolean) IS 'Internal (tributary_match): the candidate pairs at or above a threshold, mutual best ones only when one to one.';
 COMMENT ON FUNCTION tributary._match_drop(oid[]) IS 'Internal (tributary_match, tributary_dedup): drops the temporary tables a call made, by OID (never a caller''s).';
+COMMENT ON FUNCTION tributary._embed_text(text, text, text) IS 'Internal (tributary_match): tributary_embed(text) under a name no other role can shadow.';
+COMMENT ON FUNCTION tributary._embed_column(regclass, text[], name, text, integer, text[], integer, integer, text[], timestamp with time zone, text, integer) IS 'Internal (tributary_match): tributary_embed_column under a name no other role can shadow.';
 COMMENT ON FUNCTION tributary._match_names_free(text) IS 'Internal (tributary_match, tributary_dedup): 42P07 when the session has a temporary table named as their work tables.';
 COMMENT ON FUNCTION tributary._string_similarity(text, text) IS 'Internal (tributary_match): similarity of two short values in [0, 1] (normalised Damerau-Levenshtein); NULL when either has no letter or digit.';
 COMMENT ON FUNCTION tributary._match_threshold(double precision[], text) IS 'Internal (tributary_match): a threshold between low and high scores without labels (minimum-error or Otsu).';

@@ -44,6 +44,23 @@ ALTER FUNCTION _string_similarity(text, text) SET SCHEMA tributary;
 ALTER FUNCTION _match_threshold(double precision[], text) SET SCHEMA tributary;
 ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SET SCHEMA tributary;
 
+-- tributary_match's own entry points to tributary_embed(text) and tributary_embed_column: the
+-- same C functions under other names in schema tributary, where no other role may create a
+-- function. The public ones live in the extension's schema, often public, where a role with
+-- CREATE there could add an overload with the same parameter names that makes a call by name
+-- ambiguous (42725); these cannot be shadowed. Arguments as tributary_embed(text, model,
+-- prompt) and tributary_embed_column(...).
+CREATE FUNCTION tributary._embed_text("text" text, model text DEFAULT NULL, prompt text DEFAULT NULL) RETURNS vector
+STABLE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', 'tributary_embed_text_0_3_wrapper';
+CREATE FUNCTION tributary._embed_column(
+    tbl regclass, columns text[], target name, model text DEFAULT NULL, batch_size integer DEFAULT 1024,
+    exclude text[] DEFAULT NULL, parents integer DEFAULT 0, children integer DEFAULT 0,
+    time_columns text[] DEFAULT NULL, as_of timestamptz DEFAULT NULL, prompt text DEFAULT NULL,
+    template integer DEFAULT 2) RETURNS bigint
+VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', 'tributary_embed_column_0_6_wrapper';
+
 -- The text of a row's key: `t.id::text` for a one-column primary key, `ROW(t.a, t.b)::text`
 -- (`(1,x)`) for a composite one; for a partitioned table over postgres_fdw shards, the shards'
 -- primary key (tributary._shard_key_columns). 42P10 when `tbl` has no primary key.
@@ -162,8 +179,7 @@ BEGIN
 
     -- 1. The rows of each side: key, values, the joined text, its embedding.
     PERFORM tributary._match_names_free('tributary_match_');
-    EXECUTE format('SELECT %s.vector_dims(@extschema@.tributary_embed($1::pg_catalog.text, $2::pg_catalog.text))', vec)
-      INTO dims USING 'dimension', model;
+    EXECUTE format('SELECT %s.vector_dims(tributary._embed_text($1, $2))', vec) INTO dims USING 'dimension', model;
     -- Defined now that the library is loaded: '0' turns progress NOTICEs off.
     report := current_setting('tributary.progress_interval') <> '0';
     EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], txt text, e %s.vector(%s))
@@ -193,11 +209,9 @@ BEGIN
         PERFORM tributary._match_drop(made);
         RETURN;
     END IF;
-    PERFORM @extschema@.tributary_embed_column('pg_temp.tributary_match_l'::pg_catalog.regclass, '{txt}'::pg_catalog.text[],
-                                               'e'::pg_catalog.name, model => model);
+    PERFORM tributary._embed_column('pg_temp.tributary_match_l', '{txt}', 'e', model => model);
     IF NOT self THEN
-        PERFORM @extschema@.tributary_embed_column('pg_temp.tributary_match_r'::pg_catalog.regclass, '{txt}'::pg_catalog.text[],
-                                                   'e'::pg_catalog.name, model => model);
+        PERFORM tributary._embed_column('pg_temp.tributary_match_r', '{txt}', 'e', model => model);
     END IF;
 
     -- 2. Which columns are phrases (embedded) and which are short (string similarity).
@@ -218,8 +232,7 @@ BEGIN
       FROM generate_series(1, n) c(i),
            LATERAL (SELECT v FROM pg_temp.tributary_match_l UNION ALL SELECT v FROM pg_temp.tributary_match_r WHERE NOT self) x
      WHERE emb[c.i] AND x.v[c.i] IS NOT NULL;
-    PERFORM @extschema@.tributary_embed_column('pg_temp.tributary_match_v'::pg_catalog.regclass, '{val}'::pg_catalog.text[],
-                                               'e'::pg_catalog.name, model => model);
+    PERFORM tributary._embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
 
     t_embed := extract(epoch FROM clock_timestamp() - t0);
     -- 3. Candidates: k nearest each way, and the unrelated pairs that calibrate the evidence.
@@ -518,8 +531,8 @@ BEGIN
     PERFORM tributary._match_names_free('tributary_dedup_');
     CREATE TEMP TABLE tributary_dedup_e ON COMMIT DROP AS
     SELECT m.left_key AS a, m.right_key AS b
-      FROM @extschema@.tributary_match(tbl, tbl, columns, k => k, threshold => threshold, one_to_one => false,
-                                       labels => labels, model => model) m;
+      FROM @extschema@.tributary_match(left_table => tbl, right_table => tbl, columns => columns, k => k,
+                                       threshold => threshold, one_to_one => false, labels => labels, model => model) m;
     made := made || 'pg_temp.tributary_dedup_e'::regclass::oid;
     -- Connected components by label propagation: every node takes the smallest label among its
     -- neighbours until nothing changes (at most the longest path's length rounds).
