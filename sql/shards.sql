@@ -18,15 +18,62 @@
 -- the statements sent are built from the catalog with every value quoted, and run with the
 -- owner's rights (tributary._run_as_value). Needs the dblink extension in this database.
 
+-- Waits until the query sent on dblink connection conn (dblink in schema dbl, quoted) has its
+-- next result ready: looks every 1 to 50 ms and sleeps in between with pg_sleep, so the caller's
+-- statement_timeout and pg_cancel_backend end the wait (libpq's own wait checks neither). At
+-- limit_ms (NULL: no limit) after started, 08006 naming server. For tributary._shard_query.
+CREATE FUNCTION tributary._shard_wait(dbl text, conn text, started timestamptz, limit_ms bigint, server text)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    nap  double precision := 0.001;
+    busy integer;
+BEGIN
+    LOOP
+        EXECUTE format('SELECT %s.dblink_is_busy($1)', dbl) INTO busy USING conn;
+        EXIT WHEN busy OPERATOR(pg_catalog.=) 0;
+        IF clock_timestamp() >= started + make_interval(secs => limit_ms / 1000.0) THEN
+            RAISE EXCEPTION 'shard % did not answer within % s', server, round(limit_ms / 1000.0, 1)
+                USING ERRCODE = 'connection_failure',
+                      DETAIL = 'The state of a part is read for at most 10 s; the query on the shard was cancelled.',
+                      HINT = 'A lock held on the shard (on tributary._jobs, by a long transaction) or an overloaded shard delays it.';
+        END IF;
+        PERFORM pg_catalog.pg_sleep(nap);
+        nap := least(nap * 2, 0.05);
+    END LOOP;
+END $$;
+
 -- Runs a.sql on the foreign server a.server through dblink as the current role (its user
 -- mapping), and returns the one jsonb column of its first row (NULL: no row). Run as a job's
--- owner by tributary._shard_call. Errors: 0A000 dblink is not installed; dblink's (08001 no
--- connection; the remote SQLSTATE of a remote error).
+-- owner by tributary._shard_call.
+--
+-- Every call is bounded. The connection is dblink's by server name: the server's and the user
+-- mapping's options, dblink's own rules for non-superusers (a password, and used), no password in
+-- tributary's hands; their connect_timeout, else 10 s (tributary._run_as_value sets libpq's
+-- PGCONNECT_TIMEOUT, which libpq reads only for options that have none). The remote session
+-- gets application_name 'tributary shard call' (seen in the shard's pg_stat_activity; a sharded
+-- job cannot be made from it, tributary._sharded_job_create) and a statement_timeout: the
+-- caller's remaining statement_timeout or a.timeout_ms, whichever is shorter, plus 1 s (the
+-- caller's own timeout fires first), else the shard's own. Each result is waited for with
+-- tributary._shard_wait (the caller's statement_timeout and pg_cancel_backend end it, and
+-- a.timeout_ms from the start). On every way out the remote query is cancelled and the
+-- connection closed.
+--
+-- Errors: 0A000 dblink is not installed; 08006 no answer within a.timeout_ms; 57014 the
+-- caller's statement_timeout or cancel; dblink's (08001 no connection; the remote SQLSTATE of a
+-- remote error).
 CREATE FUNCTION tributary._shard_query(a jsonb) RETURNS jsonb
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    dbl text;
-    r   jsonb;
+    conn    constant text := 'tributary_shard_call';
+    started constant timestamptz := clock_timestamp();
+    srv     text := a->>'server';
+    cap     bigint := (a->>'timeout_ms')::bigint;
+    st      bigint := (SELECT s.setting::bigint FROM pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'statement_timeout');
+    remain  bigint;
+    dbl     text;
+    stale   boolean;
+    r       jsonb;
 BEGIN
     SELECT quote_ident(n.nspname) INTO dbl
       FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink';
@@ -35,13 +82,51 @@ BEGIN
             DETAIL = 'The job on each shard is made and managed through the partition''s foreign server with dblink.',
             HINT = 'CREATE EXTENSION dblink;';
     END IF;
-    EXECUTE format('SELECT t.x FROM %s.dblink($1, $2) AS t(x jsonb)', dbl) INTO r USING a->>'server', a->>'sql';
+    IF st > 0 THEN
+        remain := greatest(st - (extract(epoch FROM started - statement_timestamp()) * 1000)::bigint, 1);
+    END IF;
+    -- A connection of this name left by a call interrupted in its clean-up is closed first.
+    EXECUTE format('SELECT $1 OPERATOR(pg_catalog.=) ANY (%s.dblink_get_connections())', dbl) INTO stale USING conn;
+    IF stale THEN
+        EXECUTE format('SELECT %s.dblink_disconnect($1)', dbl) USING conn;
+    END IF;
+    BEGIN
+        EXECUTE format('SELECT %s.dblink_connect($1, $2)', dbl) USING conn, srv;
+        EXECUTE format('SELECT %s.dblink_send_query($1, $2)', dbl) USING conn,
+            'SELECT pg_catalog.set_config(''application_name'', ''tributary shard call'', false), '
+            || format('pg_catalog.set_config(''statement_timeout'', %s, false)',
+                      coalesce(quote_literal(least(remain, cap) + 1000), 'pg_catalog.current_setting(''statement_timeout'')'));
+        -- (its row, then the end of its results)
+        PERFORM tributary._shard_wait(dbl, conn, started, cap, srv);
+        EXECUTE format('SELECT pg_catalog.count(*) FROM %s.dblink_get_result($1) AS t(a text, b text)', dbl) USING conn;
+        PERFORM tributary._shard_wait(dbl, conn, started, cap, srv);
+        EXECUTE format('SELECT pg_catalog.count(*) FROM %s.dblink_get_result($1) AS t(a text, b text)', dbl) USING conn;
+        EXECUTE format('SELECT %s.dblink_send_query($1, $2)', dbl) USING conn, a->>'sql';
+        PERFORM tributary._shard_wait(dbl, conn, started, cap, srv);
+        EXECUTE format('SELECT t.x FROM %s.dblink_get_result($1) AS t(x jsonb) LIMIT 1', dbl) INTO r USING conn;
+        EXECUTE format('SELECT %s.dblink_disconnect($1)', dbl) USING conn;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        -- (query_canceled, which OTHERS leaves out: statement_timeout, pg_cancel_backend)
+        BEGIN
+            EXECUTE format('SELECT %s.dblink_cancel_query($1)', dbl) USING conn;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;   -- no connection, or nothing running
+        END;
+        BEGIN
+            EXECUTE format('SELECT %s.dblink_disconnect($1)', dbl) USING conn;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+        RAISE;
+    END;
     RETURN r;
 END $$;
 
 -- sql on a shard as owner (tributary._shard_query), the errors named by the shard: the remote
 -- SQLSTATE kept, the message prefixed with the server and the coordinator's foreign table. With
--- raise false, an error comes back as {"error": message, "sqlstate": code} instead.
+-- raise false (reading a part's state, best-effort clean-up), an error comes back as {"error":
+-- message, "sqlstate": code} instead, and a shard that has not answered in 10 s is one (08006).
+-- The caller's statement_timeout and pg_cancel_backend end a call either way (57014).
 CREATE FUNCTION tributary._shard_call(owner oid, server oid, part regclass, sql text, raise boolean DEFAULT true)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -60,7 +145,8 @@ BEGIN
         RETURN jsonb_build_object('error', msg, 'sqlstate', '42704');
     END IF;
     RETURN tributary._run_as_value(owner, 'SELECT tributary._shard_query($1)',
-                                   jsonb_build_object('server', srv, 'sql', sql));
+                                   jsonb_build_object('server', srv, 'sql', sql)
+                                   || CASE WHEN raise THEN '{}' ELSE '{"timeout_ms": 10000}' END::jsonb);
 EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
     IF NOT raise THEN
@@ -103,7 +189,10 @@ $$;
 -- Every shard is checked first (reachable, tributary 0.8.0 or later, the table exists), then the
 -- job is made on each; if one fails, those made already are dropped again. Errors: 0A000 a
 -- partition that is local or of another foreign data wrapper, or no dblink; 42710 the name is
--- taken; the shard's own errors, named by the shard (tributary._shard_call).
+-- taken; the shard's own errors, named by the shard (tributary._shard_call). Refused (0A000) in a
+-- session that a coordinator opened (tributary._shard_query's application_name): a shard's table
+-- with foreign partitions again, or a foreign partition pointing back at the coordinator, would
+-- make jobs on server after server, or on the same one again, without end.
 CREATE FUNCTION tributary._sharded_job_create(caller oid, a jsonb, source regclass, owner oid) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_variable
@@ -121,6 +210,14 @@ DECLARE
     det      text;
     hnt      text;
 BEGIN
+    IF current_setting('application_name') OPERATOR(pg_catalog.=) 'tributary shard call' THEN
+        RAISE EXCEPTION 'table % has foreign partitions: a job on it cannot be made from a coordinator', source
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'This session was opened by a coordinator (application_name "tributary shard call") to make '
+                           || 'the job on one of its shards; the shard''s table must hold its rows, not have foreign '
+                           || 'partitions again (a shard of a shard, or a foreign partition that points back at the coordinator).',
+                  HINT = 'Point the coordinator''s foreign partitions at the shards'' own tables (options schema_name and table_name).';
+    END IF;
     FOR l IN SELECT * FROM tributary._shard_leaves(source) LOOP
         IF l.relkind <> 'f' THEN
             RAISE EXCEPTION 'table % has both local and foreign partitions', source USING ERRCODE = 'feature_not_supported',
@@ -187,9 +284,10 @@ BEGIN
         BEGIN
             r := tributary._shard_call(owner, l.server, l.part, format('SELECT pg_catalog.to_jsonb(%s.tributary_job_create(%s))',
                                                                       schemas->>(l.part::oid::text), call));
-        EXCEPTION WHEN OTHERS THEN
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
             GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE, det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
-            -- The parts made already are dropped again (best effort: the error is the one to see).
+            -- The parts made already are dropped again (best effort: the error is the one to see;
+            -- after statement_timeout or a cancel too, each drop waits 10 s at most).
             PERFORM tributary._shard_call(owner, (m->>'server')::oid, (m->>'part')::oid::regclass,
                         format('SELECT pg_catalog.to_jsonb(true) FROM (SELECT %s.tributary_job_drop(%s)) x', m->>'schema', m->>'job'), false)
                FROM jsonb_array_elements(made) m;
@@ -262,6 +360,12 @@ END $$;
 -- The parts of a sharded job with their state read from the shards now (for
 -- tributary._job_parts_status, src/worker/jobs_sql.rs, which passes the calling role): a JSON
 -- array; NULL when caller is not a member of the job's owner or there is no such sharded job.
+-- A shard that cannot be reached, or has not answered in 10 s, gives state unreachable with the
+-- error. What a shard answers is checked before the views cast it (it is another server's
+-- word): a state of tributary's, counts that are bigints of 0 or more, a rate, times, last_error
+-- of 10,000 characters at most and waiting_for of 1,000 (the shard sends no more than one past
+-- these); anything else gives state invalid, its reason in last_error, and the views still work
+-- for every other part and job.
 CREATE FUNCTION tributary._job_parts_of(caller oid, job bigint) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
@@ -269,7 +373,10 @@ DECLARE
     s     tributary._sharded_jobs;
     owner oid;
     p     tributary._job_parts;
+    srv   name;
     r     jsonb;
+    v     jsonb;
+    bad   text;
     out   jsonb := '[]';
 BEGIN
     SELECT * INTO s FROM tributary._sharded_jobs x WHERE x.id = job;
@@ -278,18 +385,53 @@ BEGIN
     END IF;
     owner := tributary._sharded_owner(s);
     FOR p IN SELECT * FROM tributary._job_parts x WHERE x.job_id = job ORDER BY x.partition::text LOOP
+        srv := (SELECT srvname FROM pg_foreign_server WHERE oid = p.server);
         r := tributary._shard_call(owner, p.server, p.partition, format(
-            $q$SELECT pg_catalog.to_jsonb(j) FROM (SELECT state, rows_done, rows_truncated, rows_queued, rows_failed,
-                   rows_per_second, last_error, last_error_at, started_at, last_batch_at, finished_at, waiting_for
-              FROM tributary.jobs WHERE id = %s) j$q$, p.remote_job), false);
+            $q$SELECT pg_catalog.to_jsonb(j) FROM (
+                 SELECT pg_catalog.left(state::pg_catalog.text, 21) AS state, rows_done, rows_truncated, rows_queued,
+                        rows_failed, rows_per_second, pg_catalog.left(last_error::pg_catalog.text, 10001) AS last_error,
+                        last_error_at, started_at, last_batch_at, finished_at,
+                        pg_catalog.left(waiting_for::pg_catalog.text, 1001) AS waiting_for
+                   FROM tributary.jobs WHERE id OPERATOR(pg_catalog.=) %s LIMIT 1) j$q$, p.remote_job), false);
         IF r IS NULL THEN
             r := jsonb_build_object('state', 'missing', 'last_error', format('job %s is gone from the shard', p.remote_job));
         ELSIF r ? 'error' THEN
             r := jsonb_build_object('state', 'unreachable', 'last_error', r->>'error', 'sqlstate', r->>'sqlstate',
                                     'last_error_at', now());
+        ELSE
+            bad := NULL;
+            BEGIN
+                -- (the casts the views make, here, where a failing one is caught)
+                v := jsonb_build_object(
+                    'state', r->>'state',
+                    'rows_done', (r->>'rows_done')::bigint, 'rows_truncated', (r->>'rows_truncated')::bigint,
+                    'rows_queued', (r->>'rows_queued')::bigint, 'rows_failed', (r->>'rows_failed')::bigint,
+                    'rows_per_second', (r->>'rows_per_second')::numeric,
+                    'last_error', r->>'last_error', 'last_error_at', (r->>'last_error_at')::timestamptz,
+                    'started_at', (r->>'started_at')::timestamptz, 'last_batch_at', (r->>'last_batch_at')::timestamptz,
+                    'finished_at', (r->>'finished_at')::timestamptz, 'waiting_for', r->>'waiting_for');
+                IF jsonb_typeof(r) <> 'object' THEN
+                    bad := format('a %s instead of an object', jsonb_typeof(r));
+                ELSIF v->>'state' IS NULL OR NOT v->>'state' = ANY ('{pending,running,waiting,paused,done,failed,cancelled}') THEN
+                    bad := format('state %s', coalesce(quote_literal(left(v->>'state', 20)), 'null'));
+                ELSIF (v->>'rows_done')::bigint < 0 OR (v->>'rows_truncated')::bigint < 0
+                      OR (v->>'rows_queued')::bigint < 0 OR (v->>'rows_failed')::bigint < 0 THEN
+                    bad := 'a negative row count';
+                ELSIF NOT (v->>'rows_per_second')::numeric BETWEEN 0 AND 1e12 THEN
+                    bad := format('rows_per_second %s', v->>'rows_per_second');
+                ELSIF length(v->>'last_error') > 10000 THEN
+                    bad := 'a last_error longer than 10000 characters';
+                ELSIF length(v->>'waiting_for') > 1000 THEN
+                    bad := 'a waiting_for longer than 1000 characters';
+                END IF;
+            EXCEPTION WHEN OTHERS THEN
+                bad := left(SQLERRM, 200);
+            END;
+            r := CASE WHEN bad IS NULL THEN v ELSE
+                 jsonb_build_object('state', 'invalid', 'last_error_at', now(),
+                                    'last_error', format('shard %s answered an invalid state for its job %s: %s', srv, p.remote_job, bad)) END;
         END IF;
-        out := out || (jsonb_build_object('partition', p.partition::text,
-                                          'server', (SELECT srvname FROM pg_foreign_server WHERE oid = p.server),
+        out := out || (jsonb_build_object('partition', p.partition::text, 'server', srv,
                                           'remote_table', p.remote_table, 'remote_job', p.remote_job) || r);
     END LOOP;
     RETURN out;
@@ -346,7 +488,8 @@ BEGIN
                                    FROM pg_catalog.pg_index i
                                   CROSS JOIN LATERAL pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                                    JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                                  WHERE i.indrelid = pg_catalog.to_regclass(%L) AND i.indisprimary$q$, l.remote_table)))) WITH ORDINALITY AS u(x, o);
+                                  WHERE i.indrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%L) AND i.indisprimary$q$, l.remote_table),
+                'timeout_ms', 10000))) WITH ORDINALITY AS u(x, o);
         EXCEPTION WHEN OTHERS THEN
             RETURN NULL;
         END;

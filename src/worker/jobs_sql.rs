@@ -72,11 +72,41 @@ pub(super) fn run_as(role: pg_sys::Oid, sql: &str, arg: Option<pgrx::JsonB>) {
 
 /// `tributary._run_as_value(role, sql, arg)`: `sql`'s one jsonb value as `role`, through
 /// [`as_user`](crate::pg::roles::as_user).
+///
+/// Its statements reach shards through dblink (sql/shards.sql), whose connect waits in libpq
+/// without looking at interrupts (PostgreSQL 15): while they run, libpq's `PGCONNECT_TIMEOUT`
+/// is 10 s, or the caller's `statement_timeout` when shorter (whole seconds, at least libpq's
+/// 2). libpq reads it only for a connection whose options (the foreign server's and the user
+/// mapping's) have no `connect_timeout`, so those win; one already in the environment
+/// (the postmaster's) is left alone. The connection string stays dblink's: no password passes
+/// through tributary.
 pub(super) fn run_as_value(
     role: pg_sys::Oid,
     sql: &str,
     arg: Option<pgrx::JsonB>,
 ) -> Option<pgrx::JsonB> {
+    /// Removes the variable it set when dropped, by an error's unwinding too.
+    struct ConnectTimeout(bool);
+    impl Drop for ConnectTimeout {
+        fn drop(&mut self) {
+            if self.0 {
+                std::env::remove_var("PGCONNECT_TIMEOUT");
+            }
+        }
+    }
+    let _timeout = if std::env::var_os("PGCONNECT_TIMEOUT").is_some() {
+        ConnectTimeout(false)
+    } else {
+        // SAFETY: a plain read of a GUC's variable (ms; 0: none).
+        let secs = match u32::try_from(unsafe { pg_sys::StatementTimeout }) {
+            Ok(ms) if ms > 0 => ms.div_ceil(1000).clamp(2, 10),
+            _ => 10,
+        };
+        // The backend's own thread; tributary's model threads run only while it waits on a
+        // model run, and none reads the environment.
+        std::env::set_var("PGCONNECT_TIMEOUT", secs.to_string());
+        ConnectTimeout(true)
+    };
     as_user(role, || {
         match arg {
             Some(a) => Spi::get_one_with_args::<pgrx::JsonB>(sql, &[a.into()]),

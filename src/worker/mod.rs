@@ -122,7 +122,9 @@ fn _run_as(role: pg_sys::Oid, sql: &str, arg: default!(Option<pgrx::JsonB>, "NUL
 /// `tributary._run_as_value(role oid, sql text, arg jsonb DEFAULT NULL) → jsonb`: as
 /// `tributary._run_as`, for a statement that returns one jsonb value (its first column of its
 /// first row; NULL when it returns no row). Used by the sharded jobs' functions (sql/shards.sql)
-/// to reach a shard through dblink with the job owner's user mapping. Not granted to PUBLIC.
+/// to reach a shard through dblink with the job owner's user mapping, with libpq's connect
+/// timeout at 10 s unless the foreign server's own `connect_timeout` says otherwise (see
+/// `jobs_sql::run_as_value`). Not granted to PUBLIC.
 #[pg_extern(volatile, parallel_unsafe)]
 fn _run_as_value(
     role: pg_sys::Oid,
@@ -135,7 +137,9 @@ fn _run_as_value(
 /// `tributary._job_parts_status(job bigint) → jsonb`: the parts of a sharded job (sql/shards.sql)
 /// with each shard's own view of its part (state, rows done, queued and failed, last error), read
 /// now through the foreign servers as the job's owner: a JSON array, one object per part; a shard
-/// that cannot be reached gives `"state": "unreachable"` and the error. NULL when the calling
+/// that cannot be reached or has not answered in 10 s gives `"state": "unreachable"` and the
+/// error, an answer that is not a part's state `"state": "invalid"` and why. The caller's
+/// `statement_timeout` and `pg_cancel_backend` end it (57014). NULL when the calling
 /// role (`GetUserId()`) is not a member of the job's owner, or the job is not a sharded one. For
 /// the views `tributary.jobs` and `tributary.job_parts`.
 #[pg_extern(volatile, parallel_unsafe)]

@@ -12,10 +12,12 @@ list partition on `region`. Each shard's table counts the writes of its embeddin
 row (a BEFORE UPDATE trigger, in the writing transaction): writes = 1 on every row means each row
 was embedded by exactly one committed batch.
 """
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import psycopg
@@ -376,3 +378,187 @@ def test_search_prediction_and_matching_through_the_coordinator_equal_one_server
     # tables' row orders may break either way: a few).
     assert sum(l == r for l, r in sharded) >= 0.97 * (ROWS + 100), len(sharded)
     assert len(sharded ^ one) <= 0.02 * len(one), (len(sharded), len(one), sorted(sharded ^ one)[:10])
+
+
+@pytest.fixture(scope="module")
+def tiny(topo):
+    """app.tiny: two rows on each shard, and a job on it made through the coordinator, finished
+    (the states of its parts do not change any more)."""
+    owner = topo["owner"]
+    for name in SHARDS:
+        run(shard_dsn(name, user=OWNER) + f" password={PASSWORD}", SHARD_TABLE.format(t="tiny"))
+    with connect(owner) as c:
+        c.execute("CREATE TABLE app.tiny (package text, source text, label text, body text, region text NOT NULL, "
+                  "e vector(384), e_col vector(384), writes int NOT NULL DEFAULT 0) PARTITION BY LIST (region)")
+        for name in SHARDS:
+            c.execute(f"CREATE FOREIGN TABLE app.tiny_{name} PARTITION OF app.tiny FOR VALUES IN ('{REGION[name]}') "
+                      f"SERVER {name} OPTIONS (schema_name 'app', table_name 'tiny')")
+        c.execute("INSERT INTO app.tiny (package, body, region) SELECT package, body, r FROM app.src, "
+                  "unnest('{eu,us}'::text[]) r WHERE n <= 2")
+    job = query(owner, "SELECT tributary_job_create('app.tiny', '{body}', 'e', name => 'tiny')")[0][0]
+    wait_until(lambda i: job_row(owner, i), job, lambda j: j["state"] in ("done", "failed"), 300, "finished")
+    return job
+
+
+@contextlib.contextmanager
+def locked_jobs(name, seconds=25):
+    """tributary._jobs of shard `name` locked ACCESS EXCLUSIVE by an open transaction: until the
+    block ends, or for `seconds` at most (the shard then ends the idle transaction's session)."""
+    c = psycopg.connect(shard_dsn(name))
+    try:
+        c.execute(f"SET idle_in_transaction_session_timeout = '{seconds}s'")
+        c.execute("LOCK TABLE tributary._jobs IN ACCESS EXCLUSIVE MODE")
+        yield
+    finally:
+        try:
+            c.rollback()
+            c.close()
+        except psycopg.Error:
+            pass
+
+
+def timed(dsn, sql, statement_timeout=None):
+    """(seconds `sql` took, its error or None) in a new session of `dsn` (connecting not timed)."""
+    with connect(dsn) as c:
+        if statement_timeout:
+            c.execute(f"SET statement_timeout = '{statement_timeout}'")
+        t = time.monotonic()
+        try:
+            c.execute(sql).fetchall()
+        except psycopg.Error as e:
+            return time.monotonic() - t, e
+        return time.monotonic() - t, None
+
+
+def shard_calls(name):
+    """The sessions a coordinator has open on shard `name` (tributary._shard_query's application_name)."""
+    return query(shard_dsn(name, db="postgres"),
+                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tributary shard call'")[0][0]
+
+
+def test_a_locked_shard_holds_no_caller_past_its_statement_timeout_or_a_cancel(topo, tiny):
+    owner, coord = topo["owner"], topo["coord"]
+    was = {n: (p["state"], p["remote_job"]) for n, p in parts(owner, tiny).items()}
+    # A shard whose tributary._jobs is locked (25 s): the views and a pause end at the caller's
+    # statement_timeout (libpq's wait used to hold them until the lock went, cancel or not).
+    with locked_jobs("s1"):
+        for sql in ("SELECT * FROM tributary.jobs", "SELECT * FROM tributary.job_parts",
+                    f"SELECT tributary_job_pause({tiny})"):
+            elapsed, e = timed(owner, sql, "3s")
+            print(f"{sql}: {elapsed:.2f} s, {e and e.sqlstate}")
+            assert e is not None and e.sqlstate == "57014" and elapsed < 4.0, (sql, elapsed, e)
+        # The query on the shard is cancelled and its session closed.
+        wait_until(lambda _: shard_calls("s1"), None, lambda n: n == 0, 5, "no session left on s1")
+    # (the pause reached no part)
+    assert {n: (p["state"], p["remote_job"]) for n, p in parts(owner, tiny).items()} == was
+    # pg_cancel_backend of a reader ends it within a second.
+    with locked_jobs("s1"):
+        with connect(owner) as c:
+            pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+            got = {}
+
+            def read():
+                try:
+                    c.execute(f"SELECT * FROM tributary.job_parts WHERE job_id = {tiny}").fetchall()
+                except psycopg.Error as e:
+                    got["error"], got["at"] = e, time.monotonic()
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            time.sleep(1.0)
+            cancelled = time.monotonic()
+            query(coord, "SELECT pg_cancel_backend(%s)", (pid,))
+            reader.join(30)
+            assert "error" in got and got["error"].sqlstate == "57014", got
+            print(f"cancelled reader ended {got['at'] - cancelled:.2f} s after pg_cancel_backend")
+            assert got["at"] - cancelled < 1.0, got["at"] - cancelled
+    # A job creation that times out on one shard drops the part it made on the other.
+    jobs = "SELECT count(*) FROM tributary._jobs"
+    before = {n: query(shard_dsn(n), jobs)[0][0] for n in SHARDS}
+    with locked_jobs("s2"):
+        elapsed, e = timed(owner, "SELECT tributary_job_create('app.tiny', '{body}', 'e_col')", "3s")
+        print(f"tributary_job_create with s2 locked: {elapsed:.2f} s, {e and e.sqlstate}")
+        assert e is not None and e.sqlstate == "57014" and elapsed < 4.0, (elapsed, e)
+    assert {n: query(shard_dsn(n), jobs)[0][0] for n in SHARDS} == before
+    # Without a statement_timeout, a part's state is waited for 10 s: the part shows unreachable
+    # and the view answers for the others.
+    with locked_jobs("s1"):
+        t = time.monotonic()
+        p = parts(owner, tiny)
+        elapsed = time.monotonic() - t
+        print(f"job_parts with s1 locked, no statement_timeout: {elapsed:.2f} s")
+        assert 9.5 < elapsed < 12.0, elapsed
+        assert p["s1"]["state"] == "unreachable" and "shard s1 did not answer within 10" in p["s1"]["last_error"], p["s1"]
+        assert p["s2"]["state"] == was["s2"][0], p["s2"]
+
+
+GARBAGE = "SELECT id, {state} AS state, {rows_done} AS rows_done, rows_truncated, rows_queued, rows_failed, " \
+          "rows_per_second, {last_error} AS last_error, last_error_at, started_at, last_batch_at, finished_at, waiting_for " \
+          "FROM tributary.jobs_real"
+
+
+def same(a, b):
+    """Whether two rows of tributary.job_parts say the same (the rate changes with time)."""
+    keys = ("state", "remote_job", "rows_done", "rows_queued", "rows_failed", "last_error", "finished_at")
+    return all(a[k] == b[k] for k in keys)
+
+
+def test_a_shard_answering_garbage_shows_invalid_and_the_views_still_work(topo, tiny):
+    owner = topo["owner"]
+    real = {"state": "state", "rows_done": "rows_done", "last_error": "last_error"}
+    was = parts(owner, tiny)
+    for change, reason in ((("rows_done", "'lots'::text"), 'invalid input syntax for type bigint: "lots"'),
+                           (("last_error", "repeat('x', 10000000)"), "a last_error longer than 10000 characters"),
+                           (("state", "repeat('y', 100)"), "state 'yyyyyyyyyyyyyyyyyyyy'")):
+        # (as a superuser on the shard: its view tributary.jobs, which the coordinator reads, replaced)
+        run(shard_dsn("s1"), "ALTER VIEW tributary.jobs RENAME TO jobs_real",
+            "CREATE VIEW tributary.jobs AS " + GARBAGE.format(**dict(real, **dict([change]))),
+            "GRANT SELECT ON tributary.jobs TO PUBLIC")
+        try:
+            p = parts(owner, tiny)
+            assert p["s1"]["state"] == "invalid" and p["s1"]["server"] == "s1", p["s1"]
+            assert p["s1"]["last_error"] == f"shard s1 answered an invalid state for its job {p['s1']['remote_job']}: {reason}", p["s1"]
+            assert same(p["s2"], was["s2"]), (p["s2"], was["s2"])
+            j = job_row(owner, tiny)
+            assert j["state"] == "invalid" and j["last_error"].startswith("s1: shard s1 answered"), j
+            assert tiny in [r[0] for r in query(owner, "SELECT id FROM tributary.jobs")]
+        finally:
+            run(shard_dsn("s1"), "DROP VIEW tributary.jobs", "ALTER VIEW tributary.jobs_real RENAME TO jobs")
+    assert same(parts(owner, tiny)["s1"], was["s1"])
+
+
+def test_a_foreign_partition_pointing_back_at_the_coordinator_is_refused_once(topo):
+    coord, admin = topo["coord"], topo["admin"]
+    c = conninfo_to_dict(coord)
+    run(coord,
+        f"CREATE SERVER loopback FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{c['host']}', port '{c['port']}', "
+        "dbname 'tributary_coord')",
+        "CREATE USER MAPPING FOR postgres SERVER loopback OPTIONS (user 'postgres')",
+        "CREATE TABLE app.loop (package text, body text, e vector(384), region text) PARTITION BY LIST (region)",
+        "CREATE FOREIGN TABLE app.loop_0 PARTITION OF app.loop FOR VALUES IN ('r0') SERVER loopback "
+        "OPTIONS (schema_name 'app', table_name 'loop')")
+    backends = "SELECT count(*) FROM pg_stat_activity WHERE datname = 'tributary_coord' AND backend_type = 'client backend'"
+    before = query(admin, backends)[0][0]
+    peak, stop = [before], threading.Event()
+
+    def sample():
+        with connect(admin) as a:
+            while not stop.is_set():
+                peak[0] = max(peak[0], a.execute(backends).fetchone()[0])
+                time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        elapsed, e = timed(coord, "SELECT tributary_job_create('app.loop', '{body}', 'e')", "60s")
+    finally:
+        stop.set()
+        sampler.join()
+    print(f"loop-back refused in {elapsed:.2f} s, peak {peak[0]} client backends (before: {before})")
+    assert e is not None and e.sqlstate == "0A000", e
+    assert str(e).startswith("shard loopback, foreign table app.loop_0: table app.loop has foreign partitions: "
+                             "a job on it cannot be made from a coordinator"), e
+    assert "tributary shard call" in e.diag.message_detail and e.diag.message_hint, (e.diag.message_detail, e.diag.message_hint)
+    # This session and the one it opened on the coordinator, no more.
+    assert peak[0] <= before + 2, (before, peak[0])
+    assert query(coord, "SELECT count(*) FROM tributary._sharded_jobs WHERE source = 'app.loop'::regclass")[0][0] == 0
