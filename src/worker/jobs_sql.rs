@@ -47,13 +47,16 @@ pub(super) fn job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
         }
         pg_sys::GetUserId()
     };
+    // The job functions pin their own search_path; this statement too (issue 34).
     as_role(extension_owner(), || {
-        Spi::get_one_with_args::<i64>(
-            &format!("SELECT tributary.{func}($1, $2)"),
-            &[caller.into(), args.into()],
-        )
-        .map_err(spi_error)
-        .or_raise()
+        crate::pg::spi::pinned(|| {
+            Spi::get_one_with_args::<i64>(
+                &format!("SELECT tributary.{func}($1::pg_catalog.oid, $2::pg_catalog.jsonb)"),
+                &[caller.into(), args.into()],
+            )
+            .map_err(spi_error)
+            .or_raise()
+        })
     })
 }
 
@@ -231,11 +234,14 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
     } else {
         "owner::oid"
     };
+    // As the extension's owner under the writer's session: a pinned search_path and qualified
+    // operators, or an operator of the writer's would run as the extension's owner (issue 34).
     let found = as_role(extension_owner(), || {
-        Spi::connect_mut(|c| {
+        crate::pg::spi::pinned(|| Spi::connect_mut(|c| {
             let mut rows = c.update(
                 &format!(
-                    "SELECT {owner_sql}, enqueue_sql ->> $2 FROM tributary._jobs WHERE id = $1 AND state <> 'cancelled'"
+                    "SELECT {owner_sql}, enqueue_sql OPERATOR(pg_catalog.->>) $2::pg_catalog.text FROM tributary._jobs \
+                     WHERE id OPERATOR(pg_catalog.=) $1::pg_catalog.int8 AND state OPERATOR(pg_catalog.<>) 'cancelled'"
                 ),
                 None,
                 &[job.into(), op.into()],
@@ -244,7 +250,7 @@ pub unsafe extern "C-unwind" fn tributary_job_trigger(
                 Some(r) => Ok::<_, pgrx::spi::Error>(Some((r.get::<pg_sys::Oid>(1)?, r.get::<String>(2)?))),
                 None => Ok(None),
             }
-        })
+        }))
         .map_err(spi_error)
         .or_raise()
     });

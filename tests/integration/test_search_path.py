@@ -257,7 +257,8 @@ def job_case(c, clean, env):
     job_id = c.execute("SELECT public.tributary_job_create(source => 'ann.jobs_src', columns => '{body}', target => 'e', "
                        "mode => 'continuous', name => 'sp_job')").fetchone()[0]
     c.execute("INSERT INTO ann.jobs_src VALUES (1, 'a river in spring', NULL), (2, 'snow on the mountains', NULL)")
-    c.execute("UPDATE ann.jobs_src SET body = 'a river in autumn' WHERE id = 1")
+    # (the test's own statement runs under the hostile path: its operator qualified)
+    c.execute("UPDATE ann.jobs_src SET body = 'a river in autumn' WHERE id OPERATOR(pg_catalog.=) 1")
     deadline = time.monotonic() + 90
     while clean.execute("SELECT count(*) FROM ann.jobs_src WHERE e IS NULL").fetchone()[0] > 0 \
             or clean.execute("SELECT count(*) FROM tributary.jobs WHERE id = %s AND rows_queued > 0", (job_id,)).fetchone()[0]:
