@@ -124,6 +124,7 @@ COMMENT ON FUNCTION tributary._sharded_owner(tributary._sharded_jobs) IS 'Intern
 COMMENT ON FUNCTION tributary._run_as_value(oid, text, jsonb) IS 'Internal: runs a statement that returns one jsonb value with a role''s rights (security-restricted), for the sharded jobs'' calls to their shards.';
 COMMENT ON FUNCTION tributary._job_parts_status(bigint) IS 'Internal: the parts of a sharded job with the state each shard reports now, for tributary.jobs and tributary.job_parts (NULL unless the calling role is a member of the job''s owner).';
 COMMENT ON FUNCTION tributary._job_parts_of(oid, bigint) IS 'Internal: tributary._job_parts_status() as the extension''s owner, for the calling role.';
+COMMENT ON FUNCTION tributary._shard_wait(text, text, timestamp with time zone, bigint, text) IS 'Internal: waits for a dblink query''s result in pg_sleep steps, so statement_timeout and pg_cancel_backend end the wait; 08006 at its limit.';
 COMMENT ON FUNCTION tributary._shard_query(jsonb) IS 'Internal: a statement on a foreign server through dblink as the current role (its user mapping); its one jsonb value.';
 COMMENT ON FUNCTION tributary._shard_call(oid, oid, regclass, text, boolean) IS 'Internal: a statement on a shard as a job''s owner, its errors named by the shard.';
 COMMENT ON FUNCTION tributary._shard_leaves(regclass) IS 'Internal: the leaf partitions of a table with, for foreign tables, their server, wrapper and the shard''s table.';
