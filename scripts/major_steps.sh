@@ -11,8 +11,9 @@
 #            cluster (port 55400+MAJOR); on every major but 15 (whose release build setup
 #            installed) the debug build of the extension is installed first
 #   jobs     the update from 0.1.0, dump and restore with a job, the jobs' crash test, and the
-#            hostile search_path test (tests/integration/test_upgrade.py, test_dump_restore.py,
-#            test_jobs.py's crash test, test_search_path.py) on a cluster with tributary in
+#            hostile search_path and context trust tests (tests/integration/test_upgrade.py,
+#            test_dump_restore.py, test_jobs.py's crash test, test_search_path.py,
+#            test_context_trust.py) on a cluster with tributary in
 #            shared_preload_libraries (port 55500+MAJOR)
 #   pgrx     the in-backend tests (#[pg_test]), cargo pgrx test pgMAJOR
 #
@@ -73,7 +74,7 @@ max_worker_processes = 16" cluster_start "$name" "$((55500 + major))" || return 
   TRIBUTARY_JOBS_PGDATA=/tmp/tributary-$name/data TRIBUTARY_PGBIN=$PGBIN \
     "$python" -m pytest -q -p no:cacheprovider tests/integration/test_upgrade.py tests/integration/test_dump_restore.py \
       "tests/integration/test_jobs.py::test_crash_kill9_and_immediate_stop_embed_every_row_exactly_once" \
-      tests/integration/test_search_path.py | tee "$log"
+      tests/integration/test_search_path.py tests/integration/test_context_trust.py | tee "$log"
   rc=${PIPESTATUS[0]}
   count "$(tests_ran pytest "$log")"
   cluster_destroy "$name"
