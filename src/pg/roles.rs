@@ -59,18 +59,7 @@ pub fn as_user<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
             ctx | (pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_RESTRICTED_OPERATION)
                 as i32,
         );
-        let nest = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            c"\"$user\", public".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        nest
+        crate::pg::spi::push_search_path(c"\"$user\", public")
     };
     let r = f();
     // SAFETY: as above (an error inside aborts the transaction, which restores both).

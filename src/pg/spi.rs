@@ -54,12 +54,21 @@ pub fn pinned<R>(f: impl FnOnce() -> R) -> R {
             unsafe { pg_sys::AtEOXact_GUC(!std::thread::panicking(), self.0) };
         }
     }
+    let _restore = Restore(push_search_path(PINNED_PATH));
+    f()
+}
+
+/// Opens a new GUC nest level with `search_path` set to `path` (saved, as a function's `SET`
+/// clause does); returns the level, which the caller must close with `AtEOXact_GUC` (an ERROR
+/// that aborts the (sub)transaction closes it too). For [`pinned`] and
+/// [`as_user`](crate::pg::roles::as_user).
+pub(crate) fn push_search_path(path: &std::ffi::CStr) -> i32 {
     // SAFETY: a new GUC nest level, and a SAVE-action setting that AtEOXact_GUC undoes.
-    let nest = unsafe {
+    unsafe {
         let nest = pg_sys::NewGUCNestLevel();
         pg_sys::set_config_option(
             c"search_path".as_ptr(),
-            PINNED_PATH.as_ptr(),
+            path.as_ptr(),
             pg_sys::GucContext::PGC_USERSET,
             pg_sys::GucSource::PGC_S_SESSION,
             pg_sys::GucAction::GUC_ACTION_SAVE,
@@ -68,7 +77,5 @@ pub fn pinned<R>(f: impl FnOnce() -> R) -> R {
             false,
         );
         nest
-    };
-    let _restore = Restore(nest);
-    f()
+    }
 }
