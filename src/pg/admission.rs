@@ -138,8 +138,21 @@ fn take_free(slots: std::ops::Range<u32>) -> Option<u32> {
     Some(slot)
 }
 
+/// Whether this backend holds `tag` (its local lock table: granted, and not yet released).
+fn held_by_me(tag: &pg_sys::LOCKTAG) -> bool {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
+    // SAFETY: a well-formed tag; LockHeldByMe only reads this backend's local lock table.
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    let held = unsafe { pg_sys::LockHeldByMe(tag, mode) };
+    // PostgreSQL 17 added `orstronger`; false: exactly this mode.
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    let held = unsafe { pg_sys::LockHeldByMe(tag, mode, false) };
+    held
+}
+
 /// A place in a priority's queue: held by the queue's head, waited for by the others in order;
-/// dropping it (also when an error unwinds) leaves the queue.
+/// dropping it (also when an error unwinds) leaves the queue. Made only once its lock is granted
+/// (each value releases it once): never build one to find out whether a queue is free.
 struct InQueue(Class);
 
 impl InQueue {
@@ -149,12 +162,36 @@ impl InQueue {
 
     /// The head of `class`'s queue if nobody is in it, else `None`.
     fn try_head(class: Class) -> Option<InQueue> {
-        lock_slot(&Self::tag(class), false).then_some(InQueue(class))
+        // `then`, not `then_some`: an `InQueue` made when the lock was not granted would release
+        // it on drop ("you don't own a lock of type ExclusiveLock").
+        lock_slot(&Self::tag(class), false).then(|| InQueue(class))
     }
 
     /// Waits in `class`'s queue, in arrival order, until this backend is its head.
+    ///
+    /// A cancel, statement_timeout or lock_timeout that ends the wait raises an error; when the
+    /// lock was granted just before it, PostgreSQL records it as held (LockErrorCleanup) although
+    /// no `InQueue` owns it: then it is given back here as the error unwinds, or the queue would
+    /// stay blocked until this backend exits.
     fn wait_head(class: Class) -> InQueue {
-        lock_slot(&Self::tag(class), true);
+        struct Waiting(pg_sys::LOCKTAG);
+        impl Drop for Waiting {
+            fn drop(&mut self) {
+                if held_by_me(&self.0) {
+                    unlock_slot(&self.0);
+                }
+            }
+        }
+        let waiting = Waiting(Self::tag(class));
+        // Else the guard could give back a hold that is not this wait's.
+        debug_assert!(
+            !held_by_me(&waiting.0),
+            "already in the {} queue",
+            class.name()
+        );
+        lock_slot(&waiting.0, true);
+        // Granted: from here the `InQueue` releases it.
+        std::mem::forget(waiting);
         InQueue(class)
     }
 
