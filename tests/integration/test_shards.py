@@ -255,7 +255,7 @@ def test_a_shard_stopped_during_a_job_loses_nothing_and_embeds_nothing_twice(top
         pg_ctl(pgbin, "s2", "start")
     run(owner, f"SELECT tributary_job_resume({job})")
     done = wait_until(lambda i: job_row(owner, i), job, lambda j: j["state"] in ("done", "failed", "unreachable"), 900, "done")
-    assert done["state"] == "done", done
+    assert done["state"] == "done", (done["state"], done["last_error"], done["parts"])
     assert (done["rows_done"], done["rows_queued"], done["rows_failed"]) == (CRASH_ROWS, 0, 0), done
     for name in SHARDS:
         rows, missing, worst, lo, hi = shard_check(name, "crash")
