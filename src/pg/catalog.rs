@@ -403,6 +403,11 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
     IDLE_TIMEOUT_MS.store(gucs::session_idle_timeout_ms(), Ordering::Relaxed);
     SHRINK.store(gucs::shrink_arena(), Ordering::Relaxed);
     start_idle_release();
+    // Nothing that can raise an ERROR runs while SESSIONS is locked: an ERROR that leaves
+    // through a longjmp skips the guard's drop, and every later call of this backend would wait
+    // for the lock forever, past cancel and pg_terminate_backend (a statement_timeout that fired
+    // inside the LOG line below did). The LOG line is written after the lock is released.
+    let mut created: Option<String> = None;
     let mut sessions = SESSIONS.lock();
     if sessions.released > 0 {
         activity::note_idle_releases(std::mem::take(&mut sessions.released), sessions.cache.len());
@@ -420,17 +425,17 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
             .collect::<Vec<_>>()
             .join("; ");
         let ms = embedder.stats().create_time.as_secs_f64() * 1e3;
-        if why.is_empty() {
-            pgrx::log!(
+        created = Some(if why.is_empty() {
+            format!(
                 "tributary: model \"{}\" runs on {provider} (session created in {ms:.0} ms)",
                 model.name
-            );
+            )
         } else {
-            pgrx::log!(
+            format!(
                 "tributary: model \"{}\" runs on {provider} (session created in {ms:.0} ms): {why}",
                 model.name
-            );
-        }
+            )
+        });
         // Drops the least recently used session when all MAX_SESSIONS are taken.
         sessions.cache.put(key.clone(), Entry { embedder });
     }
@@ -439,9 +444,11 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
         .cache
         .get_mut(&key)
         .expect("present or just created");
-    if entry.embedder.provider().is_gpu() {
-        gpu::ensure_held();
-    }
+    let gpu_warning = if entry.embedder.provider().is_gpu() {
+        gpu::ensure_held()
+    } else {
+        None
+    };
     let before = entry.embedder.stats().clone();
     let out = f(&mut entry.embedder);
     let after = entry.embedder.stats();
@@ -456,6 +463,12 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
     sessions.last_used = Instant::now();
     sessions.trimmed = false;
     drop(sessions);
+    if let Some(line) = created {
+        pgrx::log!("{line}");
+    }
+    if let Some(w) = gpu_warning {
+        pgrx::warning!("{w}");
+    }
     if gucs::shrink_arena() && LAST_TRIM.with(|t| t.get().is_none_or(|t| t.elapsed() >= TRIM_EVERY))
     {
         LAST_TRIM.with(|t| t.set(Some(Instant::now())));

@@ -107,11 +107,10 @@ pub fn admit() -> Result<bool> {
 /// Before a run on a GPU session: takes the slot back if it was released under us
 /// (`pg_advisory_unlock_all()`, `DISCARD ALL`). If another backend took it meanwhile, any free
 /// slot will do; if none is free this backend keeps running over the cap (its CUDA context
-/// exists and cannot be given back) and says so in a WARNING.
-pub fn ensure_held() {
-    let Some(slot) = held_slot() else {
-        return;
-    };
+/// exists and cannot be given back): the returned WARNING text says so, for the caller to raise
+/// once it holds no lock of its own (a WARNING can raise a pending cancel).
+pub fn ensure_held() -> Option<String> {
+    let slot = held_slot()?;
     // SAFETY: a well-formed tag; LockHeldByMe only reads this backend's local lock table.
     let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     #[cfg(any(feature = "pg15", feature = "pg16"))]
@@ -120,19 +119,22 @@ pub fn ensure_held() {
     #[cfg(any(feature = "pg17", feature = "pg18"))]
     let held = unsafe { pg_sys::LockHeldByMe(&tag(slot), mode, false) };
     if held {
-        return;
+        return None;
     }
     let cap = gucs::max_gpu_sessions().unwrap_or(0) as u32;
     let taken = std::iter::once(slot)
         .chain((0..cap).filter(|&s| s != slot))
         .find(|&s| try_lock(s, false));
     match taken {
-        Some(s) => SLOT.with(|c| c.set(Some(s))),
+        Some(s) => {
+            SLOT.with(|c| c.set(Some(s)));
+            None
+        }
         None => {
             SLOT.with(|c| c.set(None));
-            pgrx::warning!(
+            Some(format!(
                 "tributary: this backend's GPU slot was released (pg_advisory_unlock_all or DISCARD ALL) and all {cap} slots are now taken; it keeps its GPU session over tributary.max_gpu_sessions"
-            );
+            ))
         }
     }
 }

@@ -15,6 +15,7 @@ statement_timeout) beside bulk load hold no lock afterwards and see no warning e
 Runs on TRIBUTARY_TEST_DSN (a plain cluster, reached as a superuser: the test sets the server's
 tributary.max_cpu_runs and tributary.interactive_cpu_runs, and resets them at the end).
 """
+import os
 import threading
 import time
 
@@ -189,3 +190,28 @@ def test_timeouts_while_waiting_release_exactly_what_they_hold(dsn):
         assert not notices, notices[:10]
     finally:
         set_server(dsn, max_cpu_runs=None, interactive_cpu_runs=None)
+
+
+def test_timeout_while_the_session_is_made_leaves_the_backend_usable():
+    """A statement_timeout that fires while a backend makes its first ONNX Runtime session (the
+    first tributary_embed of a connection) ends that call with 57014, and the backend's next
+    call works: an ERROR raised while the backend's session cache was locked (inside the "session
+    created" LOG line) once left the lock taken, and the next call waited forever, past cancel
+    and pg_terminate_backend. Timeouts of 20 to 200 ms fall before, during and after the session
+    is made (it takes 100-300 ms here)."""
+    dsn = os.environ["TRIBUTARY_TEST_DSN"]
+    for ms in (5, 20, 47, 100, 200, 400):
+        with connect(dsn) as c:
+            c.execute(f"SET statement_timeout = {ms}")
+            try:
+                c.execute("SELECT vector_dims(tributary_embed('first call of this backend'))")
+            except psycopg.errors.QueryCanceled:
+                pass
+            c.execute("SET statement_timeout = '60s'")
+            # In a thread: a backend stuck on the lock ignores statement_timeout and cancel.
+            got = []
+            t = threading.Thread(target=lambda: got.append(
+                c.execute("SELECT vector_dims(tributary_embed('second call'))").fetchone()), daemon=True)
+            t.start()
+            t.join(30)
+            assert got == [(384,)], f"the call after a {ms} ms timeout did not return in 30 s: {got}"
