@@ -129,7 +129,7 @@ def env():
             CREATE TABLE ann.people2 (id int PRIMARY KEY, full_name text, town text);
             CREATE TABLE ann.orders (id int PRIMARY KEY, person_id int REFERENCES ann.people, item text);
             CREATE TABLE ann.films (id int PRIMARY KEY, title text, genre text, e vector(384), guess text);
-            CREATE TABLE ann.scratch (id int PRIMARY KEY, t text, e vector(384));
+            CREATE TABLE ann.scratch (id int PRIMARY KEY, note text, e vector(384));
             CREATE TABLE ann.jobs_src (id int PRIMARY KEY, body text, e vector(384));
             CREATE TABLE ann.docs (id int PRIMARY KEY, body text);
             INSERT INTO ann.people VALUES
@@ -236,9 +236,9 @@ def run_case(dsn, role, path, case, env):
         clean.execute("SET search_path = public")
         c.add_notice_handler(lambda d: warnings.append(d.message_primary) if d.severity == "WARNING" else None)
         c.execute(pgsql.SQL("SET search_path = {}").format(pgsql.SQL(path)))
-        for s in case.get("setup", []):
-            clean.execute(s)
         try:
+            for s in case.get("setup", []):
+                clean.execute(s)
             out = case["call"](c, clean, env) if callable(case["call"]) else c.execute(
                 case["call"].replace("$QUERY", env["query"])).fetchall()
             if "check" in case:
@@ -247,7 +247,10 @@ def run_case(dsn, role, path, case, env):
         except psycopg.Error as e:
             result = ("error", e.sqlstate)
         for s in case.get("teardown", []):
-            clean.execute(s)
+            try:
+                clean.execute(s)
+            except psycopg.Error:
+                pass
     return result, warnings
 
 
@@ -318,7 +321,7 @@ CASES = {
     "tributary_embed_for(regclass,name,text,text)": [
         {"call": "SELECT public.tributary_embed_for(tbl => 'ann.films', col => 'e', text => 'aliens in space')::text"}],
     "tributary_forget_column(regclass,name)": [
-        {"setup": ["SELECT public.tributary_embed_column(tbl => 'ann.scratch', columns => '{t}', target => 'e')",
+        {"setup": ["SELECT public.tributary_embed_column(tbl => 'ann.scratch', columns => '{note}', target => 'e')",
                    "UPDATE ann.scratch SET e = NULL"],
          "call": "SELECT public.tributary_forget_column(tbl => 'ann.scratch', col => 'e')"}],
     "tributary_info(text)": [
