@@ -153,6 +153,11 @@ def test_cpu_runs_wait_or_fail_with_53400(dsn):
         long_call = "SELECT tributary_embed(ARRAY(SELECT repeat('word ', 120) || g FROM generate_series(1, 400) g))"
         a, b, m = connect(dsn), connect(dsn), as_role(dsn, MONITOR)
         a.execute("SET tributary.max_batch_tokens = 65536")
+        # The long call is several ONNX Runtime runs (the first window is small) and gives the
+        # slot back between them: at the same priority the waiting b is next and takes it there,
+        # so a runs at interactive and b at bulk, which never goes ahead of an interactive run.
+        a.execute("SET tributary.priority = interactive")
+        b.execute("SET tributary.priority = bulk")
         b.execute("SELECT tributary_embed('warm')")  # b's session exists: what follows is admission only
         a_pid, b_pid = (x.execute("SELECT pg_backend_pid()").fetchone()[0] for x in (a, b))
         errors = []
