@@ -823,6 +823,7 @@ DECLARE
     srv     text := a->>'server';
     cap     bigint := (a->>'timeout_ms')::bigint;
     st      bigint := (SELECT s.setting::bigint FROM pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'statement_timeout');
+    lt      bigint := (SELECT s.setting::bigint FROM pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'lock_timeout');
     remain  bigint;
     dbl     text;
     stale   boolean;
@@ -848,12 +849,15 @@ BEGIN
         EXECUTE format('SELECT %s.dblink_send_query($1, $2)', dbl) USING conn,
             'SELECT pg_catalog.set_config(''application_name'', ''tributary shard call'', false), '
             || format('pg_catalog.set_config(''statement_timeout'', %s, false)',
-                      coalesce(quote_literal(least(remain, cap) + 1000), 'pg_catalog.current_setting(''statement_timeout'')'));
+                      coalesce(quote_literal(least(remain, cap) + 1000), 'pg_catalog.current_setting(''statement_timeout'')'))
+            -- the caller's lock_timeout for the shard's lock waits (55P03 from the shard)
+            || format(', pg_catalog.set_config(''lock_timeout'', %s, false)',
+                      CASE WHEN lt > 0 THEN quote_literal(lt) ELSE 'pg_catalog.current_setting(''lock_timeout'')' END);
         -- (its row, then the end of its results)
         PERFORM tributary._shard_wait(dbl, conn, started, cap, srv);
-        EXECUTE format('SELECT pg_catalog.count(*) FROM %s.dblink_get_result($1) AS t(a text, b text)', dbl) USING conn;
+        EXECUTE format('SELECT pg_catalog.count(*) FROM %s.dblink_get_result($1) AS t(a text, b text, c text)', dbl) USING conn;
         PERFORM tributary._shard_wait(dbl, conn, started, cap, srv);
-        EXECUTE format('SELECT pg_catalog.count(*) FROM %s.dblink_get_result($1) AS t(a text, b text)', dbl) USING conn;
+        EXECUTE format('SELECT pg_catalog.count(*) FROM %s.dblink_get_result($1) AS t(a text, b text, c text)', dbl) USING conn;
         EXECUTE format('SELECT %s.dblink_send_query($1, $2)', dbl) USING conn, a->>'sql';
         PERFORM tributary._shard_wait(dbl, conn, started, cap, srv);
         EXECUTE format('SELECT t.x FROM %s.dblink_get_result($1) AS t(x jsonb) LIMIT 1', dbl) INTO r USING conn;

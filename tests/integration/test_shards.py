@@ -417,11 +417,13 @@ def locked_jobs(name, seconds=25):
             pass
 
 
-def timed(dsn, sql, statement_timeout=None):
+def timed(dsn, sql, statement_timeout=None, lock_timeout=None):
     """(seconds `sql` took, its error or None) in a new session of `dsn` (connecting not timed)."""
     with connect(dsn) as c:
         if statement_timeout:
             c.execute(f"SET statement_timeout = '{statement_timeout}'")
+        if lock_timeout:
+            c.execute(f"SET lock_timeout = '{lock_timeout}'")
         t = time.monotonic()
         try:
             c.execute(sql).fetchall()
@@ -448,6 +450,20 @@ def test_a_locked_shard_holds_no_caller_past_its_statement_timeout_or_a_cancel(t
             print(f"{sql}: {elapsed:.2f} s, {e and e.sqlstate}")
             assert e is not None and e.sqlstate == "57014" and elapsed < 4.0, (sql, elapsed, e)
         # The query on the shard is cancelled and its session closed.
+        wait_until(lambda _: shard_calls("s1"), None, lambda n: n == 0, 5, "no session left on s1")
+        # The caller's lock_timeout goes to the shard: a pause ends with the shard's 55P03 naming
+        # it, a view read answers with the part's error.
+        elapsed, e = timed(owner, f"SELECT tributary_job_pause({tiny})", lock_timeout="3s")
+        print(f"pause with lock_timeout 3s: {elapsed:.2f} s, {e and e.sqlstate}")
+        assert e is not None and e.sqlstate == "55P03" and "s1" in str(e) and elapsed < 4.0, (elapsed, e)
+        with connect(owner) as c:
+            c.execute("SET lock_timeout = '3s'")
+            t = time.monotonic()
+            rows = c.execute("SELECT server, state, last_error FROM tributary.job_parts WHERE job_id = %s", (tiny,)).fetchall()
+            elapsed = time.monotonic() - t
+        print(f"job_parts with lock_timeout 3s: {elapsed:.2f} s, {rows}")
+        s1 = [r for r in rows if r[0] == "s1"][0]
+        assert elapsed < 4.0 and s1[1] == "unreachable" and "lock timeout" in s1[2], (elapsed, rows)
         wait_until(lambda _: shard_calls("s1"), None, lambda n: n == 0, 5, "no session left on s1")
     # (the pause reached no part)
     assert {n: (p["state"], p["remote_job"]) for n, p in parts(owner, tiny).items()} == was
