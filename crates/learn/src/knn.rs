@@ -1,0 +1,152 @@
+//! Exact as-of k-nearest neighbours by cosine similarity, blocked: candidates (known rows with an
+//! embedding) are normalised and sorted by as_of; queries sorted by as_of are taken in blocks of
+//! [`QB`] and multiplied (f32 GEMM, `matrixmultiply::sgemm`) only against the candidate prefix
+//! that is strictly earlier than the block's latest query, [`CB`] candidates at a time; each
+//! query then keeps the top `kk` among its own strictly earlier candidates (itself excluded).
+
+use crate::par::{par_map, Shared};
+use crate::Embeddings;
+
+/// Queries per block (a block is one task between stop checks: 128 x 100k x 384 is ~5 GFLOP).
+pub(crate) const QB: usize = 64;
+/// Candidates per GEMM tile.
+pub(crate) const CB: usize = 2048;
+
+/// Bytes the search allocates beyond the given embeddings: the normalised candidate copy, one
+/// similarity tile per thread and the result lists.
+pub(crate) fn memory(n_cand: usize, n_query: usize, dim: usize, kk: usize, threads: usize) -> usize {
+    n_cand * dim * 4 + threads * (QB * CB * 4 + QB * dim * 4) + n_query * kk * 8
+}
+
+fn normalise(v: &[f32], out: &mut [f32]) {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let s = if n > 0.0 { 1.0 / n } else { 0.0 };
+    for (o, x) in out.iter_mut().zip(v) {
+        *o = x * s;
+    }
+}
+
+/// For each query row (index into the dataset), its up to `kk` nearest known rows
+/// `(row, cosine)`, best first. `known[j]` marks candidate rows; `as_of` (when given) restricts
+/// a query to candidates with a strictly smaller time, otherwise to all candidates but itself.
+/// Queries without an embedding get an empty list. `None` when stopped.
+pub(crate) fn search(
+    emb: &Embeddings,
+    as_of: Option<&[f64]>,
+    known: &[bool],
+    queries: &[u32],
+    kk: usize,
+    threads: usize,
+    sh: &Shared,
+) -> Option<Vec<Vec<(u32, f32)>>> {
+    let d = emb.dim;
+    let t = |i: usize| as_of.map_or(0.0, |a| a[i]);
+    let mut cand: Vec<u32> =
+        (0..known.len()).filter(|&j| known[j] && emb.present[j]).map(|j| j as u32).collect();
+    cand.sort_by(|&a, &b| t(a as usize).total_cmp(&t(b as usize)).then(a.cmp(&b)));
+    let ctimes: Vec<f64> = cand.iter().map(|&j| t(j as usize)).collect();
+    let mut cm = vec![0f32; cand.len() * d];
+    for (r, &j) in cand.iter().enumerate() {
+        let j = j as usize;
+        normalise(&emb.data[j * d..(j + 1) * d], &mut cm[r * d..(r + 1) * d]);
+    }
+    let mut qs: Vec<u32> = queries.iter().copied().filter(|&q| emb.present[q as usize]).collect();
+    qs.sort_by(|&a, &b| t(a as usize).total_cmp(&t(b as usize)).then(a.cmp(&b)));
+    // Number of candidates usable by each query.
+    let limit = |q: usize| -> usize {
+        if as_of.is_some() {
+            let tq = t(q);
+            ctimes.partition_point(|&c| c < tq)
+        } else {
+            cand.len()
+        }
+    };
+    let nblocks = qs.len().div_ceil(QB);
+    let stop = &sh.stop;
+    let res = par_map(threads, nblocks, stop, |b| {
+        let block = &qs[b * QB..((b + 1) * QB).min(qs.len())];
+        let nq = block.len();
+        let mut qm = vec![0f32; nq * d];
+        for (r, &q) in block.iter().enumerate() {
+            let q = q as usize;
+            normalise(&emb.data[q * d..(q + 1) * d], &mut qm[r * d..(r + 1) * d]);
+        }
+        let lims: Vec<usize> = block.iter().map(|&q| limit(q as usize)).collect();
+        let pmax = lims.iter().copied().max().unwrap_or(0);
+        let mut tops: Vec<Vec<(f32, u32)>> = vec![Vec::with_capacity(kk + 1); nq];
+        let mut mins = vec![f32::NEG_INFINITY; nq];
+        let mut s = vec![0f32; nq * CB];
+        let mut c0 = 0;
+        while c0 < pmax {
+            let cb = CB.min(pmax - c0);
+            // SAFETY: a is nq x d (row stride d), b is the transpose of cb candidate rows
+            // (d x cb: row stride 1, column stride d), c is nq x cb (row stride cb); all in bounds.
+            unsafe {
+                matrixmultiply::sgemm(
+                    nq,
+                    d,
+                    cb,
+                    1.0,
+                    qm.as_ptr(),
+                    d as isize,
+                    1,
+                    cm[c0 * d..].as_ptr(),
+                    1,
+                    d as isize,
+                    0.0,
+                    s.as_mut_ptr(),
+                    cb as isize,
+                    1,
+                );
+            }
+            for r in 0..nq {
+                let end = lims[r].saturating_sub(c0).min(cb);
+                let row = &s[r * cb..r * cb + end];
+                let qrow = block[r];
+                let top = &mut tops[r];
+                for (jj, &v) in row.iter().enumerate() {
+                    if top.len() >= kk && v <= mins[r] {
+                        continue;
+                    }
+                    let j = cand[c0 + jj];
+                    if j == qrow {
+                        continue;
+                    }
+                    top.push((v, j));
+                    if top.len() > kk * 2 {
+                        top.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                        top.truncate(kk);
+                        mins[r] = top[kk - 1].0;
+                    }
+                }
+            }
+            c0 += cb;
+            if sh.stopped() {
+                break;
+            }
+        }
+        sh.tick(nq as u64);
+        tops.into_iter()
+            .map(|mut top| {
+                top.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                top.truncate(kk);
+                top.into_iter().map(|(v, j)| (j, v)).collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    });
+    if sh.stopped() {
+        return None;
+    }
+    let mut pos = vec![usize::MAX; known.len()];
+    for (i, &q) in queries.iter().enumerate() {
+        pos[q as usize] = i;
+    }
+    let mut out = vec![Vec::new(); queries.len()];
+    for (b, r) in res.into_iter().enumerate() {
+        let r = r?;
+        for (i, lst) in r.into_iter().enumerate() {
+            out[pos[qs[b * QB + i] as usize]] = lst;
+        }
+    }
+    Some(out)
+}

@@ -1,0 +1,295 @@
+use super::*;
+use std::cell::Cell;
+
+struct NoCtl;
+impl Control for NoCtl {
+    fn check(&self) -> Result<(), Error> {
+        Ok(())
+    }
+    fn progress(&self, _: &str, _: u64, _: u64) {}
+}
+
+/// Fails every check after the first `after` ones.
+struct CancelAfter {
+    after: usize,
+    calls: Cell<usize>,
+}
+impl Control for CancelAfter {
+    fn check(&self) -> Result<(), Error> {
+        self.calls.set(self.calls.get() + 1);
+        if self.calls.get() > self.after {
+            Err(Error::Cancelled("canceling statement due to user request".into()))
+        } else {
+            Ok(())
+        }
+    }
+    fn progress(&self, _: &str, _: u64, _: u64) {}
+}
+
+fn rng(seed: &mut u64) -> f64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// n rows, 3 classes; the class shows in the embedding, the text, a person path and a number.
+fn synth(n: usize, with_time: bool) -> Dataset {
+    let mut s = 0x1234_5678u64;
+    let classes = ["red", "green", "blue"];
+    let dim = 8;
+    let mut label = Vec::new();
+    let mut text = Vec::new();
+    let mut data = Vec::new();
+    let mut pairs = Vec::new();
+    let mut num = Vec::new();
+    let mut cat = Vec::new();
+    for i in 0..n {
+        let c = (rng(&mut s) * 3.0) as usize % 3;
+        label.push(Some(classes[c].to_string()));
+        let w = ["apple", "leaf", "sky"][c];
+        let noise = ["foo", "bar", "baz", "qux"][(rng(&mut s) * 4.0) as usize % 4];
+        text.push(if rng(&mut s) < 0.7 { format!("{w} {noise} thing") } else { format!("{noise} thing") });
+        for d in 0..dim {
+            data.push(if d == c { 1.0 } else { 0.0 } + rng(&mut s) as f32);
+        }
+        pairs.push((i as u32, (c * 10 + (rng(&mut s) * 10.0) as usize) as u64));
+        pairs.push((i as u32, 100 + (rng(&mut s) * 30.0) as u64));
+        num.push(if i % 7 == 0 { None } else { Some(c as f64 + rng(&mut s)) });
+        cat.push(Some(["x", "y"][i % 2].to_string()));
+    }
+    Dataset {
+        as_of: if with_time { Some((0..n).map(|i| (i / 3) as f64).collect()) } else { None },
+        label: Labels::Category(label),
+        text: Some(text),
+        embedding: Some(Embeddings { dim, data, present: vec![true; n] }),
+        paths: vec![GroupPath { name: "person".into(), pairs }],
+        numbers: vec![("runtime".into(), num)],
+        categories: vec![("kind".into(), cat)],
+    }
+}
+
+fn roles(n: usize) -> Vec<Role> {
+    (0..n).map(|i| if i < n * 3 / 4 { Role::Train } else { Role::Test }).collect()
+}
+
+fn opts(a: Algorithm) -> TrainOptions {
+    TrainOptions { algorithm: a, threads: 2, ..Default::default() }
+}
+
+/// Features of the training + test rows as train computes them (via the internal pieces).
+fn feats(ds: &Dataset, roles: &[Role]) -> (Vec<u32>, Vec<f32>, usize) {
+    // Train with a GBDT and read the features back by predicting nothing: instead rebuild the
+    // feature matrix through the same function train uses.
+    let n = roles.len();
+    let classes: Vec<String> = vec!["blue".into(), "green".into(), "red".into()];
+    let known = known_labels(ds, Some(&classes), |i| roles[i] == Role::Train);
+    let lay = Layout {
+        classes: Some(&classes),
+        k: 3,
+        has_knn: true,
+        has_text: false,
+        paths: vec!["person".into()],
+        numbers: vec!["runtime".into()],
+        cats: vec![("kind".into(), vec!["x".into(), "y".into()])],
+    };
+    let q: Vec<u32> = (0..n as u32).filter(|&i| roles[i as usize] != Role::Ignore).collect();
+    let sh = par::Shared { stop: Default::default(), done: Default::default() };
+    let (x, _, _) = features(ds, &lay, &known, &q, &[], 2, &sh).unwrap();
+    (q, x, lay.nf())
+}
+
+fn same(a: f32, b: f32) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b
+}
+
+#[test]
+fn test_label_never_reaches_features() {
+    let n = 300;
+    let ds = synth(n, false);
+    let r = roles(n);
+    let (_, x0, _) = feats(&ds, &r);
+    let mut ds2 = synth(n, false);
+    if let Labels::Category(v) = &mut ds2.label {
+        for (i, l) in v.iter_mut().enumerate() {
+            if r[i] == Role::Test {
+                *l = Some("red".into());
+            }
+        }
+    }
+    let (_, x1, _) = feats(&ds2, &r);
+    assert!(x0.iter().zip(&x1).all(|(a, b)| same(*a, *b)), "a test label changed some feature");
+    // And through train(): the text OOF features and the test rows' predictions stay the same.
+    let a = train(&ds, &r, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
+    let b = train(&ds2, &r, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
+    assert_eq!(a.model.to_bytes(), b.model.to_bytes());
+}
+
+#[test]
+fn later_label_never_reaches_earlier_features() {
+    let n = 300;
+    let ds = synth(n, true);
+    let r = vec![Role::Train; n];
+    let (q, x0, nf) = feats(&ds, &r);
+    // Change the labels of the latest rows (as_of >= 80, rows 240..).
+    let mut ds2 = synth(n, true);
+    if let Labels::Category(v) = &mut ds2.label {
+        for l in v.iter_mut().skip(240) {
+            *l = Some("blue".into());
+        }
+    }
+    let (_, x1, _) = feats(&ds2, &r);
+    for (qi, &row) in q.iter().enumerate() {
+        if row < 240 {
+            for f in 0..nf {
+                assert!(same(x0[qi * nf + f], x1[qi * nf + f]), "row {row} feature {f} saw a later label");
+            }
+        }
+    }
+    // Ties: rows 240..242 share as_of 80: changing row 241 must not change row 240 or 242.
+    let mut ds3 = synth(n, true);
+    if let Labels::Category(v) = &mut ds3.label {
+        v[241] = Some(if v[241].as_deref() == Some("blue") { "red" } else { "blue" }.into());
+    }
+    let (_, x3, _) = feats(&ds3, &r);
+    for row in [240usize, 242] {
+        for f in 0..nf {
+            assert!(same(x0[row * nf + f], x3[row * nf + f]), "tie row {row} feature {f} saw row 241");
+        }
+    }
+    // And the text view: a model trained with the later labels changed has the same OOF text
+    // features for the earlier rows -> compare via training with only early rows known.
+}
+
+#[test]
+fn history_counts_are_strictly_earlier() {
+    // Rows 0,1 at t=0, row 2 at t=1, all in group 7.
+    let p = GroupPath { name: "g".into(), pairs: vec![(0, 7), (1, 7), (2, 7)] };
+    let known = vec![Some(Y::Class(0)), Some(Y::Class(1)), Some(Y::Class(1))];
+    let c = history::counts(&p, 3, Some(&[0.0, 0.0, 1.0]), &known, 2);
+    assert_eq!(&c[0..2], &[0.0, 0.0]);
+    assert_eq!(&c[2..4], &[0.0, 0.0]);
+    assert_eq!(&c[4..6], &[1.0, 1.0]);
+    // Leave-one-out without time.
+    let c = history::counts(&p, 3, None, &known, 2);
+    assert_eq!(&c[0..2], &[0.0, 2.0]);
+    assert_eq!(&c[4..6], &[1.0, 1.0]);
+}
+
+#[test]
+fn knn_is_strictly_earlier_and_exact() {
+    let ds = synth(200, true);
+    let emb = ds.embedding.as_ref().unwrap();
+    let known = vec![true; 200];
+    let sh = par::Shared { stop: Default::default(), done: Default::default() };
+    let t = ds.as_of.as_deref().unwrap();
+    let qs: Vec<u32> = (0..200).collect();
+    let res = knn::search(emb, Some(t), &known, &qs, 5, 2, &sh).unwrap();
+    for (q, lst) in res.iter().enumerate() {
+        assert!(lst.iter().all(|&(j, _)| t[j as usize] < t[q]));
+        // Brute force.
+        let d = emb.dim;
+        let norm = |i: usize| {
+            let v = &emb.data[i * d..(i + 1) * d];
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter().map(|x| x / n).collect::<Vec<_>>()
+        };
+        let a = norm(q);
+        let mut all: Vec<(f32, usize)> = (0..200)
+            .filter(|&j| t[j] < t[q])
+            .map(|j| (norm(j).iter().zip(&a).map(|(x, y)| x * y).sum::<f32>(), j))
+            .collect();
+        all.sort_by(|x, y| y.0.total_cmp(&x.0));
+        assert_eq!(lst.len(), all.len().min(5));
+        for (i, &(_, s)) in lst.iter().enumerate() {
+            assert!((s - all[i].0).abs() < 1e-4);
+        }
+    }
+}
+
+#[test]
+fn one_class_is_invalid() {
+    let mut ds = synth(50, false);
+    ds.label = Labels::Category(vec![Some("a".into()); 50]);
+    match train(&ds, &roles(50), &opts(Algorithm::Auto), &NoCtl) {
+        Err(Error::Invalid(m)) => assert!(m.contains("1 class"), "{m}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("trained on one class"),
+    }
+    let r = vec![Role::Test; 50];
+    assert!(matches!(train(&synth(50, false), &r, &opts(Algorithm::Auto), &NoCtl), Err(Error::Invalid(_))));
+}
+
+#[test]
+fn cancel_returns_cancelled() {
+    let ds = synth(3000, true);
+    let r = roles(3000);
+    for after in [0, 3, 20] {
+        let ctl = CancelAfter { after, calls: Cell::new(0) };
+        let t0 = std::time::Instant::now();
+        match train(&ds, &r, &opts(Algorithm::Auto), &ctl) {
+            Err(Error::Cancelled(_)) => {}
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("not cancelled after {after} checks"),
+        }
+        assert!(t0.elapsed().as_secs_f64() < 20.0);
+    }
+}
+
+#[test]
+fn memory_limit() {
+    let ds = synth(500, true);
+    let o = TrainOptions { max_memory_bytes: 10_000, ..opts(Algorithm::Auto) };
+    match train(&ds, &roles(500), &o, &NoCtl) {
+        Err(Error::Memory { needed, limit }) => assert!(needed > limit && limit == 10_000),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("no memory error"),
+    }
+}
+
+#[test]
+fn bytes_round_trip_and_quality() {
+    let n = 900;
+    let ds = synth(n, true);
+    let r = roles(n);
+    for a in [Algorithm::Gbdt, Algorithm::Logistic, Algorithm::Auto] {
+        let t = train(&ds, &r, &opts(a), &NoCtl).unwrap();
+        let pred = t.report.iter().find(|m| m.method == "predictor" && m.split == "test").unwrap();
+        let base = t.report.iter().find(|m| m.method == "baseline").unwrap();
+        assert!(pred.accuracy.unwrap() > 0.8, "{a:?}: {:?}", t.report);
+        assert!(base.accuracy.unwrap() < 0.5);
+        let targets: Vec<u32> = (n as u32 * 3 / 4..n as u32).collect();
+        let p1 = predict(&t.model, &ds, &targets, &NoCtl).unwrap();
+        let m2 = Model::from_bytes(&t.model.to_bytes()).unwrap();
+        let p2 = predict(&m2, &ds, &targets, &NoCtl).unwrap();
+        // Debug text: NaN feature values compare unequal with ==.
+        assert!(format!("{p1:?}") == format!("{p2:?}"), "predictions differ after the round trip");
+        assert_eq!(p1[0].neighbours.len(), 10);
+        assert_eq!(p1[0].history.len(), 1);
+        assert!(!p1[0].top_features.is_empty());
+        assert!(m2.classes().unwrap().len() == 3 && m2.feature_names().len() == t.feature_names.len());
+    }
+    assert!(Model::from_bytes(b"nonsense").is_err());
+}
+
+#[test]
+fn number_labels() {
+    let n = 600;
+    let mut ds = synth(n, true);
+    let Labels::Category(v) = &ds.label else { panic!() };
+    let nums: Vec<Option<f64>> = v
+        .iter()
+        .enumerate()
+        .map(|(i, l)| if i % 11 == 0 { None } else { Some(match l.as_deref() { Some("red") => 10.0, Some("green") => 20.0, _ => 30.0 }) })
+        .collect();
+    ds.label = Labels::Number(nums);
+    for a in [Algorithm::Gbdt, Algorithm::Logistic, Algorithm::Auto] {
+        let t = train(&ds, &roles(n), &opts(a), &NoCtl).unwrap();
+        let pred = t.report.iter().find(|m| m.method == "predictor").unwrap();
+        let base = t.report.iter().find(|m| m.method == "baseline").unwrap();
+        assert!(pred.mae.unwrap() < base.mae.unwrap() / 2.0, "{a:?} {:?}", t.report);
+        assert!(t.model.classes().is_none());
+        let p = predict(&t.model, &ds, &[599, 598], &NoCtl).unwrap();
+        assert!(p[0].value.is_some() && p[0].label.is_some());
+    }
+}
