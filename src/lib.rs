@@ -73,6 +73,22 @@ pgrx::extension_sql_file!(
     ]
 );
 
+// Predictors that learn: the catalog, the features' plan and tributary_predict(predictor, row)
+// (see the file's header; training and prediction in api/learn.rs and crates/learn).
+pgrx::extension_sql_file!(
+    "../sql/learn.sql",
+    name = "learn",
+    requires = [
+        "bootstrap",
+        "predict",
+        "shards",
+        api::learn::_predict_record,
+        api::learn::tributary_train,
+        api::learn::tributary_predict_column_predictor,
+        api::learn::tributary_drop_predictor
+    ]
+);
+
 // COMMENT ON for every object of the extension, after all of them exist.
 pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 

@@ -5,6 +5,7 @@ pub mod chunk;
 pub mod column;
 pub mod compat;
 pub mod embed;
+pub mod learn;
 pub mod matching;
 pub mod models;
 pub mod rows;

@@ -121,6 +121,18 @@ pub enum TributaryError {
     #[error("{0} needs tributary in shared_preload_libraries")]
     NotPreloaded(&'static str),
 
+    /// 42704: no predictor of that name (tributary.predictors).
+    #[error("predictor \"{0}\" does not exist")]
+    UnknownPredictor(String),
+
+    /// 54000: training or prediction would hold more than `tributary.learn_memory`.
+    #[error("the rows and features need more memory than tributary.learn_memory allows")]
+    LearnMemory { needed: usize, limit: usize },
+
+    /// 55000: a predictor used on a table whose columns changed since it was trained.
+    #[error("{message}")]
+    Changed { message: String, detail: String },
+
     /// XX000: an SPI call failed in a way that is tributary's bug, not the caller's (SQL errors
     /// inside SPI keep their own SQLSTATE).
     #[error("{0}")]
@@ -271,6 +283,21 @@ impl From<TributaryError> for ErrorReport {
             T::UndefinedTable(_) => report(PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE, None, None),
             T::ArrayShape(_) => report(PgSqlErrorCode::ERRCODE_ARRAY_ELEMENT_ERROR, None, Some("Pass a one-dimensional text[].")),
             T::Internal(_) => report(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, None, None),
+            T::LearnMemory { needed, limit } => report(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                Some(format!("About {} MB needed; tributary.learn_memory is {} MB.", needed >> 20, limit >> 20)),
+                Some("Raise tributary.learn_memory, or train on fewer rows (a table or view of them)."),
+            ),
+            T::UnknownPredictor(_) => report(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                None,
+                Some("Predictors are listed in tributary.predictors; train one with tributary_train()."),
+            ),
+            T::Changed { detail, .. } => report(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                Some(detail.clone()),
+                Some("Train the predictor again with tributary_train() (the same name replaces it)."),
+            ),
             T::ModelMetadata { reason, missing, .. } => report(
                 if *missing { PgSqlErrorCode::ERRCODE_UNDEFINED_FILE } else { PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION },
                 Some(reason.clone()),

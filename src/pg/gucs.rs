@@ -213,8 +213,34 @@ static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
 static JOB_POLL_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Attempts at one row before a job gives up on it (the row stays in tributary.job_errors).
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(5);
+/// Threads one `tributary_train` / prediction call may use (the calling backend's thread
+/// included; the others never call into PostgreSQL).
+static LEARN_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
+/// Memory one `tributary_train` / prediction call may hold for its data and model, in kB
+/// (shown and set in MB, GB, ...); past it the call fails with 54000 before allocating.
+static LEARN_MEMORY: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
 
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"tributary.learn_threads",
+        c"Threads one tributary_train or prediction call may use.",
+        c"Only the calling backend's own thread calls into PostgreSQL; the others compute features and fit trees.",
+        &LEARN_THREADS,
+        1,
+        64,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"tributary.learn_memory",
+        c"Memory one tributary_train or prediction call may hold for its rows, features and model.",
+        c"Past it the call fails (54000) before it allocates more.",
+        &LEARN_MEMORY,
+        64 * 1024,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_KB,
+    );
     GucRegistry::define_int_guc(
         c"tributary.max_workers",
         c"Most background workers running tributary jobs at once, across all databases.",
@@ -850,6 +876,16 @@ pub fn job_poll_interval_ms() -> u64 {
 
 pub fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
+}
+
+/// `tributary.learn_threads`.
+pub fn learn_threads() -> usize {
+    LEARN_THREADS.get().max(1) as usize
+}
+
+/// `tributary.learn_memory`, in bytes.
+pub fn learn_memory_bytes() -> usize {
+    LEARN_MEMORY.get().max(0) as usize * 1024
 }
 
 pub fn progress_interval_ms() -> u64 {

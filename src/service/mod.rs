@@ -7,10 +7,12 @@
 //! - [`rows`]: a row (its `row_to_json`) to the text `tributary_row_text` writes.
 //! - [`vectors`]: a batch of rows to a `vector[]`/`halfvec[]` datum (embed_column and jobs).
 //! - [`column`]: `tributary_embed_column`'s cursor loop.
+//! - [`learn`]: predictors' plans, rows read into datasets, the predictor catalog.
 //! - [`matching`]: string similarity, thresholds and logistic regression for matching rows.
 
 pub mod column;
 pub mod embed;
+pub mod learn;
 pub mod matching;
 pub mod rows;
 pub mod vectors;

@@ -348,6 +348,28 @@ CASES = {
          "call": "SELECT public.tributary_predict_column(tbl => 'ann.films', label => 'genre', embedding => 'e', "
                  "target => 'guess', k => 3)",
          "check": "SELECT id, guess FROM ann.films ORDER BY id"}],
+    # Predictors (issue 35): trained, applied to the column and to one row, dropped, all under the path.
+    "tributary_train(text,regclass,name,name,name,text,text[],text[],text,integer)": [
+        {"call": "SELECT method, algorithm, split, rows, round(accuracy::numeric, 6) FROM public.tributary_train("
+                 "predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', embedding => 'e', algorithm => 'logistic', k => 3)",
+         "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
+    "tributary_predict_column(text,name,integer)": [
+        {"setup": ["UPDATE ann.films SET guess = NULL",
+                   "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "embedding => 'e', algorithm => 'logistic', k => 3)"],
+         "call": "SELECT public.tributary_predict_column(predictor => 'sp_pred', target => 'guess')",
+         "check": "SELECT id, guess FROM ann.films ORDER BY id",
+         "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
+    "tributary_predict(text,anyelement)": [
+        {"setup": ["SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "embedding => 'e', algorithm => 'logistic', k => 3)"],
+         "call": "SELECT f.id, p.prediction FROM ann.films f, public.tributary_predict(predictor => 'sp_pred', \"row\" => f) p",
+         "unordered": True,
+         "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
+    "tributary_drop_predictor(text)": [
+        {"setup": ["SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "algorithm => 'logistic')"],
+         "call": "SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"}],
     "tributary_match(regclass,regclass,text[],text[],integer,double precision,boolean,regclass,text)": [
         {"call": "SELECT * FROM public.tributary_match(left_table => 'ann.people', right_table => 'ann.people2', "
                  "columns => '{name,city}', right_columns => '{full_name,town}')"},

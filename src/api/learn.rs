@@ -1,0 +1,520 @@
+//! Predictors that learn: `tributary_train`, `tributary_predict_column(predictor, target)`,
+//! `tributary._predict_record` (behind `tributary_predict(predictor, row)`, sql/learn.sql) and
+//! `tributary_drop_predictor`. The features and the models are `crates/learn`'s; reading the
+//! rows and the catalog is `service/learn.rs`'s.
+
+use pgrx::prelude::*;
+use tributary_learn as learn;
+
+use crate::pg::error::{raise, spi_error, OrRaise, Result, TributaryError};
+use crate::pg::gucs;
+use crate::pg::name::Name;
+use crate::pg::regclass::{sql_name, RegClass};
+use crate::pg::spi::pinned;
+use crate::service::learn::{
+    check_owner, learn_error, load, spec, spec_of, split_value, store, stored, Fnv, Loaded,
+    NewPredictor, Options, PgControl, Source,
+};
+
+/// One row of `tributary_train`'s result: method, algorithm, split, rows, accuracy, macro_f1,
+/// mae, seconds.
+type TrainRow = (String, String, String, i64, Option<f64>, Option<f64>, Option<f64>, Option<f64>);
+
+fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option<Vec<String>>> {
+    v.map(|v| crate::api::column::no_nulls(v, what)).transpose()
+}
+
+/// `tributary_train(predictor text, tbl regclass, label name [, embedding name, as_of name,
+/// split_at text, history text[], columns text[], algorithm text = 'auto', k int = 10])` → TABLE
+/// (method, algorithm, split, rows, accuracy, macro_f1, mae, seconds): trains a predictor of
+/// column `label` of `tbl` (a category, or a number: `tributary.label_kind`) and stores it under
+/// the name `predictor` (tributary.predictors; a retrain by its owner replaces it atomically, in
+/// the caller's transaction).
+///
+/// Features, each row's computed AS OF the row (`as_of`: only rows strictly earlier count; without
+/// `as_of`, every other row): the similarity-weighted label shares (numbers: mean and spread) of
+/// its k and 5k nearest labelled rows by `embedding` (cosine); the class probabilities of a word
+/// and word-pair TF-IDF + multinomial logistic regression model of its text columns and the
+/// groups it is linked to (out of fold for training rows); the label shares and counts of the
+/// rows related to it through each history path (sql/learn.sql, `tributary._learn_spec`: a
+/// parent, a parent's parent, a link table); its typed columns and its parents' numbers. The head
+/// (`algorithm`): gradient-boosted trees ('gbdt'), multinomial logistic regression
+/// ('logistic'), or 'auto': the better of both on the latest 20% of the training rows by
+/// `as_of`, refitted on all of them (crates/learn).
+///
+/// `split_at` (a value of the `as_of` column's type, as text): rows with `as_of < split_at`
+/// train, the others are scored as a test and their labels enter no feature. The result: the
+/// predictor, k-NN alone (the vote of the k nearest) and the majority class (numbers: the mean)
+/// on the test rows, or without `split_at` on the validation slice; accuracy and macro-F1
+/// (numbers: MAE), the rows scored, and the seconds of the whole call on the predictor's row.
+///
+/// Runs as the caller (row-level security and column privileges choose the rows and columns it
+/// learns from); `tributary.learn_threads` threads; `tributary.learn_memory` bounds the rows and
+/// features held (54000 past it); a NOTICE every `tributary.progress_interval` ms; a cancel or
+/// statement_timeout stops it within about a second and stores nothing. Rows with a NULL
+/// `as_of` are left out (a NOTICE counts them); rows with a NULL label are neither trained on nor
+/// scored.
+///
+/// Errors: 22004 NULL predictor, tbl, label, algorithm or k, or a NULL element of history or
+/// columns; 22023 k outside 1..1000, unknown algorithm, split_at without as_of, fewer than two
+/// classes (or no rows) to train on, a history path or column that does not exist (DETAIL: those
+/// found); 42P01 dropped table; 42703 unknown column; 42804 as_of not a number/date/timestamp,
+/// embedding not vector/halfvec; 42501 predictor owned by another role, or a column the caller
+/// may not read; 54000 tributary.learn_memory; 25006 read-only transaction.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn tributary_train(
+    predictor: Option<&str>,
+    tbl: Option<RegClass>,
+    label: Option<Name>,
+    embedding: default!(Option<Name>, "NULL"),
+    as_of: default!(Option<Name>, "NULL"),
+    split_at: default!(Option<&str>, "NULL"),
+    history: default!(Option<Vec<Option<String>>>, "NULL"),
+    columns: default!(Option<Vec<Option<String>>>, "NULL"),
+    algorithm: default!(Option<&str>, "'auto'"),
+    k: default!(Option<i32>, 10),
+) -> TableIterator<
+    'static,
+    (
+        name!(method, String),
+        name!(algorithm, String),
+        name!(split, String),
+        name!(rows, i64),
+        name!(accuracy, Option<f64>),
+        name!(macro_f1, Option<f64>),
+        name!(mae, Option<f64>),
+        name!(seconds, Option<f64>),
+    ),
+> {
+    let (Some(predictor), Some(tbl), Some(label), Some(algorithm), Some(k)) =
+        (predictor, tbl, label, algorithm, k)
+    else {
+        raise(TributaryError::NullArgument("predictor, tbl, label, algorithm and k"));
+    };
+    let rows = train(
+        predictor,
+        tbl,
+        Options {
+            label: label.0,
+            embedding: embedding.map(|e| e.0),
+            as_of: as_of.map(|a| a.0),
+            history: no_nulls(history, "an element of history").or_raise(),
+            columns: no_nulls(columns, "an element of columns").or_raise(),
+            algorithm: algorithm.to_string(),
+            k: k.max(0) as usize,
+        },
+        split_at,
+        k,
+    )
+    .or_raise();
+    TableIterator::new(rows)
+}
+
+fn train(
+    predictor: &str,
+    tbl: RegClass,
+    opts: Options,
+    split_at: Option<&str>,
+    k: i32,
+) -> Result<Vec<TrainRow>> {
+    if !(1..=1000).contains(&k) {
+        return Err(TributaryError::InvalidArgument {
+            message: format!("k must be between 1 and 1000, not {k}"),
+            hint: None,
+        });
+    }
+    let algorithm = match opts.algorithm.as_str() {
+        "auto" => learn::Algorithm::Auto,
+        "gbdt" => learn::Algorithm::Gbdt,
+        "logistic" => learn::Algorithm::Logistic,
+        other => {
+            return Err(TributaryError::InvalidArgument {
+                message: format!("algorithm must be auto, gbdt or logistic, not \"{other}\""),
+                hint: None,
+            })
+        }
+    };
+    if predictor.is_empty() {
+        return Err(TributaryError::InvalidArgument {
+            message: "predictor must not be empty".into(),
+            hint: None,
+        });
+    }
+    crate::pg::spi::require_writable(c"tributary_train()");
+    check_owner(predictor)?;
+    let oid = tbl.lock()?;
+    let ctl = PgControl::new("tributary_train");
+    let plan = spec(oid, &opts)?;
+    let split = split_at.map(|s| split_value(&plan, s)).transpose()?;
+    let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    let Loaded { ds, keys, as_of_null, .. } = load(&plan, Source::Table(&table), &ctl)?;
+    let left_out = as_of_null.iter().filter(|x| **x).count();
+    if left_out > 0 {
+        pgrx::notice!(
+            "tributary_train: {left_out} rows with a NULL {} left out",
+            opts.as_of.as_deref().unwrap_or("as_of")
+        );
+    }
+    let labelled = |i: usize| match &ds.label {
+        learn::Labels::Category(v) => v[i].is_some(),
+        learn::Labels::Number(v) => v[i].is_some(),
+    };
+    let roles: Vec<learn::Role> = (0..keys.len())
+        .map(|i| {
+            if as_of_null[i] {
+                learn::Role::Ignore
+            } else if !labelled(i) {
+                learn::Role::Predict
+            } else if let (Some(s), Some(t)) = (split, ds.as_of.as_ref()) {
+                if t[i] >= s {
+                    learn::Role::Test
+                } else {
+                    learn::Role::Train
+                }
+            } else {
+                learn::Role::Train
+            }
+        })
+        .collect();
+    let train_opts = learn::TrainOptions {
+        algorithm,
+        k: opts.k,
+        threads: gucs::learn_threads(),
+        max_memory_bytes: gucs::learn_memory_bytes(),
+        validation_fraction: 0.2,
+    };
+    let trained = learn::train(&ds, &roles, &train_opts, &ctl).map_err(|e| learn_error(e, &ctl))?;
+    // The training rows' keys, times and labels.
+    let mut digest = Fnv::default();
+    let mut training_rows = 0i64;
+    for (i, r) in roles.iter().enumerate() {
+        if *r == learn::Role::Train {
+            use std::hash::Hash;
+            training_rows += 1;
+            keys[i].hash(&mut digest);
+            if let Some(t) = &ds.as_of {
+                t[i].to_bits().hash(&mut digest);
+            }
+            match &ds.label {
+                learn::Labels::Category(v) => v[i].hash(&mut digest),
+                learn::Labels::Number(v) => v[i].map(f64::to_bits).hash(&mut digest),
+            }
+        }
+    }
+    let seconds = ctl.seconds();
+    let rows: Vec<TrainRow> = trained
+        .report
+        .iter()
+        .map(|m| {
+            (
+                m.method.clone(),
+                m.algorithm.clone(),
+                m.split.clone(),
+                m.rows as i64,
+                m.accuracy,
+                m.macro_f1,
+                m.mae,
+                (m.method == "predictor").then_some(seconds),
+            )
+        })
+        .collect();
+    let metrics = serde_json::Value::Array(
+        rows.iter()
+            .map(|r| {
+                serde_json::json!({"method": r.0, "algorithm": r.1, "split": r.2, "rows": r.3,
+                    "accuracy": r.4, "macro_f1": r.5, "mae": r.6, "seconds": r.7})
+            })
+            .collect(),
+    );
+    use std::hash::Hasher;
+    store(NewPredictor {
+        name: predictor,
+        tbl: oid,
+        kind: &plan.kind,
+        options: &opts,
+        signature: &plan.signature,
+        features: trained.feature_names.clone(),
+        algorithm: trained.model.algorithm().to_string(),
+        classes: trained.model.classes().map(<[String]>::to_vec),
+        model: trained.model.to_bytes(),
+        metrics,
+        training_rows,
+        digest: format!("{:016x}", digest.finish()),
+    })?;
+    Ok(rows)
+}
+
+/// `tributary_predict_column(predictor text, target name [, batch_size int = 1000])` → bigint:
+/// fills column `target` of the predictor's table, for every row whose label is NULL (and whose
+/// `as_of` is not NULL, when the predictor has one), with the predictor's prediction, each row's
+/// features as of its own `as_of` (every labelled row strictly earlier; without `as_of`, every
+/// labelled row) — the features tributary_train computed for its training rows. Returns the rows
+/// written. The prediction (text: a class, or a number) is cast to target's type.
+///
+/// Reads the table as the caller (row-level security chooses the rows learnt from and written),
+/// predicts all rows at once (`tributary.learn_threads`, `tributary.learn_memory`), then writes
+/// `batch_size` rows a statement by (tableoid, ctid); a NOTICE every
+/// `tributary.progress_interval` ms; a cancel or statement_timeout stops it and nothing is
+/// written (one statement).
+///
+/// Errors: 22004 NULL argument; 22023 batch_size < 1, target = the label column; 42704 unknown
+/// predictor; 42501 neither its owner nor allowed to read its label column, or no UPDATE on
+/// target; 42703 unknown target; 55000 the table's columns changed since training (DETAIL: what
+/// changed); 42P01 its table was dropped.
+#[pg_extern(name = "tributary_predict_column", volatile, parallel_unsafe)]
+pub(crate) fn tributary_predict_column_predictor(
+    predictor: Option<&str>,
+    target: Option<Name>,
+    batch_size: default!(Option<i32>, 1000),
+) -> i64 {
+    let (Some(predictor), Some(target), Some(batch_size)) = (predictor, target, batch_size) else {
+        raise(TributaryError::NullArgument("predictor, target and batch_size"));
+    };
+    predict_column(predictor, &target.0, batch_size).or_raise()
+}
+
+fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
+    if batch_size < 1 {
+        return Err(TributaryError::InvalidArgument {
+            message: format!("batch_size must be at least 1, not {batch_size}"),
+            hint: None,
+        });
+    }
+    crate::pg::spi::require_writable(c"tributary_predict_column()");
+    let p = stored(name)?;
+    let oid = RegClass(p.tbl).lock()?;
+    if target == p.options.label {
+        return Err(TributaryError::InvalidArgument {
+            message: format!("target must not be the label column \"{target}\""),
+            hint: Some("Predictions written to the label column would count as labels; write them to another column.".into()),
+        });
+    }
+    let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    let target_type = crate::pg::spi::select_one::<String>(
+        "SELECT (tributary._learn_column_type($1::pg_catalog.regclass, $2::pg_catalog.name)).sql_type",
+        &[oid.into(), target.into()],
+    )
+    .map_err(spi_error)?
+    .ok_or_else(|| TributaryError::UndefinedColumn {
+        relation: crate::pg::regclass::display_name(oid).unwrap_or_default(),
+        column: target.into(),
+    })?;
+    let plan = spec_of(name, &p)?;
+    let ctl = PgControl::new("tributary_predict_column");
+    let Loaded { ds, tids, as_of_null, .. } = load(&plan, Source::Table(&table), &ctl)?;
+    let model = learn::Model::from_bytes(&p.model).map_err(|e| learn_error(e, &ctl))?;
+    let unlabelled = |i: usize| match &ds.label {
+        learn::Labels::Category(v) => v[i].is_none(),
+        learn::Labels::Number(v) => v[i].is_none(),
+    };
+    let mut skipped = 0usize;
+    let targets: Vec<u32> = (0..tids.len())
+        .filter(|&i| {
+            if !unlabelled(i) {
+                return false;
+            }
+            if as_of_null[i] {
+                skipped += 1;
+                return false;
+            }
+            true
+        })
+        .map(|i| i as u32)
+        .collect();
+    if skipped > 0 {
+        pgrx::notice!("tributary_predict_column: {skipped} rows with a NULL as_of not predicted");
+    }
+    let preds = learn::predict(&model, &ds, &targets, &ctl).map_err(|e| learn_error(e, &ctl))?;
+    let update = format!(
+        "UPDATE {table} AS t SET {col} = CAST(u.p AS {target_type}) \
+           FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.oid[]), pg_catalog.unnest($2::pg_catalog.tid[]), \
+                           pg_catalog.unnest($3::pg_catalog.text[])) AS u(rel, id, p) \
+          WHERE t.tableoid OPERATOR(pg_catalog.=) u.rel AND t.ctid OPERATOR(pg_catalog.=) u.id",
+        col = spi_ident(target),
+    );
+    let mut written = 0i64;
+    for chunk in targets.iter().zip(&preds).collect::<Vec<_>>().chunks(batch_size as usize) {
+        ctl.check_raise();
+        let mut rels = Vec::with_capacity(chunk.len());
+        let mut ids = Vec::with_capacity(chunk.len());
+        let mut values = Vec::with_capacity(chunk.len());
+        for (&i, pred) in chunk {
+            let (rel, id) = tids[i as usize].expect("table rows have a ctid");
+            rels.push(rel);
+            ids.push(id);
+            values.push(pred.label.clone());
+        }
+        written += pinned(|| {
+            Spi::connect_mut(|c| {
+                c.update(&update, None, &[rels.into(), ids.into(), values.into()])
+                    .map(|t| t.len() as i64)
+            })
+        })
+        .map_err(spi_error)?;
+        learn::Control::progress(&ctl, "rows written", written as u64, targets.len() as u64);
+    }
+    Ok(written)
+}
+
+fn spi_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// `tributary._predict_record(predictor text, "row" jsonb)` → (prediction text, confidence
+/// float8, evidence jsonb): one row's prediction (`tributary_predict(predictor, row)` in
+/// sql/learn.sql passes the row as jsonb), its features as of its own `as_of`. The row is read
+/// as a row of the predictor's table (jsonb_populate_record); a row of the table with the same
+/// key is left out of the rows it learns from (its own label never counts). Reads the table's
+/// labelled rows on every call: for many rows, tributary_predict_column. `evidence`:
+/// {"neighbours": [{key, similarity}], "history": {path: related labelled rows},
+/// "features": {name: value}} (the nearest labelled rows, the history counts per path, the
+/// features that weigh most in the model). Errors: as tributary_predict_column's.
+#[pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn _predict_record(
+    predictor: Option<&str>,
+    row: Option<pgrx::JsonB>,
+) -> TableIterator<
+    'static,
+    (
+        name!(prediction, Option<String>),
+        name!(confidence, Option<f64>),
+        name!(evidence, Option<pgrx::JsonB>),
+    ),
+> {
+    let Some(predictor) = predictor else {
+        raise(TributaryError::NullArgument("predictor"));
+    };
+    let Some(row) = row else {
+        return TableIterator::once((None, None, None));
+    };
+    TableIterator::once(predict_record(predictor, row).or_raise())
+}
+
+fn predict_record(
+    name: &str,
+    row: pgrx::JsonB,
+) -> Result<(Option<String>, Option<f64>, Option<pgrx::JsonB>)> {
+    let p = stored(name)?;
+    let oid = RegClass(p.tbl).lock()?;
+    let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    let plan = spec_of(name, &p)?;
+    let ctl = PgControl::new("tributary_predict");
+    let mut all = load(&plan, Source::Table(&table), &ctl)?;
+    let one = load(&plan, Source::Record { table: &table, row }, &ctl)?;
+    let model = learn::Model::from_bytes(&p.model).map_err(|e| learn_error(e, &ctl))?;
+    let Some(key) = one.keys.first().cloned() else {
+        return Ok((None, None, None));
+    };
+    if one.as_of_null[0] {
+        return Ok((None, None, None));
+    }
+    // The same row in the table: its own label and its link groups (a new row has none yet).
+    let same = all.keys.iter().position(|k| *k == key);
+    let target = all.keys.len() as u32;
+    append(&mut all, one, same);
+    let preds = learn::predict(&model, &all.ds, &[target], &ctl).map_err(|e| learn_error(e, &ctl))?;
+    let Some(pred) = preds.into_iter().next() else {
+        return Ok((None, None, None));
+    };
+    let evidence = serde_json::json!({
+        "neighbours": pred.neighbours.iter().map(|(i, s)| serde_json::json!({
+            "key": serde_json::from_str::<serde_json::Value>(&all.keys[*i as usize]).unwrap_or(serde_json::Value::Null),
+            "similarity": s})).collect::<Vec<_>>(),
+        "history": pred.history.iter().map(|(p, c)| (p.clone(), serde_json::json!(c))).collect::<serde_json::Map<_, _>>(),
+        "features": pred.top_features.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+    });
+    Ok((pred.label, pred.confidence, Some(pgrx::JsonB(evidence))))
+}
+
+/// Appends the one row of `one` to `all`; the row of `all` with its key (`same`) loses its label
+/// (it is the row being predicted) and gives the new row its link-table groups.
+fn append(all: &mut Loaded, one: Loaded, same: Option<usize>) {
+    let n = all.keys.len() as u32;
+    let ds = &mut all.ds;
+    let o = one.ds;
+    if let Some(s) = same {
+        match &mut ds.label {
+            learn::Labels::Category(v) => v[s] = None,
+            learn::Labels::Number(v) => v[s] = None,
+        }
+    }
+    match (&mut ds.label, o.label) {
+        // The row being predicted has no known label.
+        (learn::Labels::Category(v), learn::Labels::Category(_)) => v.push(None),
+        (learn::Labels::Number(v), learn::Labels::Number(_)) => v.push(None),
+        _ => {}
+    }
+    if let (Some(a), Some(b)) = (ds.as_of.as_mut(), o.as_of.as_ref()) {
+        a.push(b[0]);
+    }
+    if let (Some(a), Some(b)) = (ds.text.as_mut(), o.text.as_ref()) {
+        let mut t = b[0].clone();
+        // Link groups of the same row in the table (the record's own text has its parents').
+        if let Some(s) = same {
+            let own = &a[s];
+            for tok in own.split(' ').filter(|w| w.starts_with('g') && w.len() == 17) {
+                if !t.contains(tok) {
+                    t.push(' ');
+                    t.push_str(tok);
+                }
+            }
+        }
+        a.push(t);
+    }
+    match (ds.embedding.as_mut(), o.embedding) {
+        (Some(a), Some(b)) if a.dim == b.dim => {
+            a.data.extend_from_slice(&b.data[..b.dim]);
+            a.present.push(b.present[0]);
+        }
+        (Some(a), _) => {
+            a.data.extend(std::iter::repeat_n(0.0, a.dim));
+            a.present.push(false);
+        }
+        _ => {}
+    }
+    for (pa, pb) in ds.paths.iter_mut().zip(o.paths) {
+        // Parent paths come from the record itself; link paths from the table's same row.
+        let from_record: Vec<(u32, u64)> = pb.pairs.iter().map(|&(_, g)| (n, g)).collect();
+        let from_table: Vec<(u32, u64)> = match same {
+            Some(s) if from_record.is_empty() => pa.pairs.iter().filter(|(i, _)| *i as usize == s).map(|&(_, g)| (n, g)).collect(),
+            _ => Vec::new(),
+        };
+        pa.pairs.extend(from_record);
+        pa.pairs.extend(from_table);
+    }
+    for ((_, a), (_, b)) in ds.numbers.iter_mut().zip(o.numbers) {
+        a.push(b.into_iter().next().flatten());
+    }
+    for ((_, a), (_, b)) in ds.categories.iter_mut().zip(o.categories) {
+        a.push(b.into_iter().next().flatten());
+    }
+    all.keys.push(one.keys.into_iter().next().unwrap_or_default());
+    all.tids.push(None);
+    all.as_of_null.push(false);
+}
+
+/// `tributary_drop_predictor(predictor text)` → boolean: drops the predictor; false when none has
+/// that name. Errors: 22004 NULL; 42501 not its owner (or a member of the owning role).
+#[pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn tributary_drop_predictor(predictor: Option<&str>) -> bool {
+    let Some(predictor) = predictor else {
+        raise(TributaryError::NullArgument("predictor"));
+    };
+    crate::pg::spi::require_writable(c"tributary_drop_predictor()");
+    check_owner(predictor).or_raise();
+    crate::pg::roles::as_role(crate::pg::roles::extension_owner(), || {
+        pinned(|| {
+            Spi::connect_mut(|c| {
+                c.update(
+                    "DELETE FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1",
+                    None,
+                    &[predictor.into()],
+                )
+                .map(|t| t.len() > 0)
+            })
+        })
+    })
+    .map_err(spi_error)
+    .or_raise()
+}

@@ -1,0 +1,642 @@
+//! Predictors that learn (`tributary_train`, `tributary_predict_column`, `tributary_predict` with
+//! a predictor; the SQL surface is in `api/learn.rs`, the catalog in sql/learn.sql, the learning
+//! itself in `crates/learn`): the plan of the features (`tributary._learn_spec`), the rows and
+//! link tables read through SPI into a [`learn::Dataset`], the catalog row written and read.
+//!
+//! Everything that reads a user's table runs as the caller (row-level security and column
+//! privileges apply: a predictor sees what its caller sees); only the catalog
+//! `tributary._predictors` is read and written as the extension's owner, after the caller was
+//! checked. Every statement runs [`pinned`].
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use pgrx::prelude::*;
+use serde::Deserialize;
+use tributary_learn as learn;
+use tributary_learn::Control as _;
+
+use crate::pg::error::{spi_error, Result, TributaryError};
+use crate::pg::gucs;
+use crate::pg::roles::{as_role, extension_owner};
+use crate::pg::spi::pinned;
+
+/// One link path of a plan: `sql` gives (referenced key, group) text pairs; `ref` indexes the
+/// row query's referenced keys.
+#[derive(Debug, Deserialize)]
+pub struct LinkSpec {
+    pub name: String,
+    #[serde(rename = "ref")]
+    pub ref_idx: usize,
+    pub sql: String,
+}
+
+/// What `tributary._learn_spec` returns (sql/learn.sql documents each field).
+#[derive(Debug, Deserialize)]
+pub struct Spec {
+    pub kind: String,
+    pub rows_sql: String,
+    pub numbers: Vec<String>,
+    pub categories: Vec<String>,
+    pub parents: Vec<String>,
+    pub links: Vec<LinkSpec>,
+    pub as_of_sql: Option<String>,
+    pub signature: serde_json::Value,
+    pub paths: Vec<String>,
+}
+
+/// The arguments that choose a predictor's features.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+pub struct Options {
+    pub label: String,
+    pub embedding: Option<String>,
+    pub as_of: Option<String>,
+    pub history: Option<Vec<String>>,
+    pub columns: Option<Vec<String>>,
+    pub algorithm: String,
+    pub k: usize,
+}
+
+/// The plan for `tbl` under `opts`, as the caller sees the table (42703, 42804, 22023 from
+/// sql/learn.sql).
+pub fn spec(tbl: pg_sys::Oid, opts: &Options) -> Result<Spec> {
+    let json = pinned(|| {
+        Spi::get_one_with_args::<pgrx::JsonB>(
+            "SELECT tributary._learn_spec($1::pg_catalog.regclass, $2::pg_catalog.name, \
+             $3::pg_catalog.name, $4::pg_catalog.name, $5::pg_catalog.text[], $6::pg_catalog.text[])",
+            &[
+                tbl.into(),
+                opts.label.as_str().into(),
+                opts.embedding.as_deref().into(),
+                opts.as_of.as_deref().into(),
+                opts.history.clone().into(),
+                opts.columns.clone().into(),
+            ],
+        )
+    })
+    .map_err(spi_error)?
+    .ok_or_else(|| TributaryError::Internal("tributary._learn_spec returned NULL".into()))?;
+    serde_json::from_value(json.0).map_err(|e| TributaryError::Internal(format!("plan: {e}")))
+}
+
+/// `split_at` as the as_of column's float8 (the column's type's input function: 22007/22P02
+/// for a value it cannot read).
+pub fn split_value(spec: &Spec, split_at: &str) -> Result<f64> {
+    let Some(sql) = &spec.as_of_sql else {
+        return Err(TributaryError::InvalidArgument {
+            message: "split_at needs as_of".into(),
+            hint: Some("Name the column that dates each row with as_of => 'column'.".into()),
+        });
+    };
+    pinned(|| Spi::get_one_with_args::<f64>(sql, &[split_at.into()]))
+        .map_err(spi_error)?
+        .ok_or_else(|| TributaryError::InvalidArgument {
+            message: "split_at must not be NULL after conversion".into(),
+            hint: None,
+        })
+}
+
+/// Where the rows come from: the whole table, or one record given as jsonb (of the table's type).
+pub enum Source<'a> {
+    Table(&'a str),
+    Record { table: &'a str, row: pgrx::JsonB },
+}
+
+/// The rows of a plan, read: the dataset and what identifies each row.
+pub struct Loaded {
+    pub ds: learn::Dataset,
+    /// Each row's key as jsonb text (tributary.row_key).
+    pub keys: Vec<String>,
+    /// Each row's (tableoid, ctid), for writes; `None` for a record.
+    pub tids: Vec<Option<(pg_sys::Oid, pg_sys::ItemPointerData)>>,
+    /// Rows whose as_of is NULL (never trained on, never predicted).
+    pub as_of_null: Vec<bool>,
+}
+
+/// FNV-1a, 64 bits (Fowler, Noll, Vo): group ids and the training data's digest, the same on
+/// every platform and Rust version.
+pub struct Fnv(u64);
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+fn group_id(path: usize, text: &str) -> u64 {
+    let mut h = Fnv::default();
+    path.hash(&mut h);
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// Reads the rows of `spec` from `source` (as the caller), and the pairs of every link path,
+/// into a dataset; `ctl` is checked between batches. Rows are read through a cursor, 1,000 at a
+/// time; the memory they take (embeddings, texts, features) is counted against
+/// `tributary.learn_memory` (54000 past it).
+pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> {
+    let limit = gucs::learn_memory_bytes();
+    let (sql, args): (String, Vec<pgrx::JsonB>) = match &source {
+        Source::Table(t) => (
+            spec.rows_sql
+                .replace("%SOURCE%", t)
+                .replace("%TABLEOID%", "t.tableoid")
+                .replace("%CTID%", "t.ctid"),
+            vec![],
+        ),
+        Source::Record { table, row } => (
+            spec.rows_sql
+                .replace(
+                    "%SOURCE%",
+                    &format!("pg_catalog.jsonb_populate_record(CAST(NULL AS {table}), $1)"),
+                )
+                .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
+                .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)"),
+            vec![pgrx::JsonB(row.0.clone())],
+        ),
+    };
+    let number = spec.kind == "number";
+    let mut keys = Vec::new();
+    let mut tids = Vec::new();
+    let mut as_of: Vec<f64> = Vec::new();
+    let mut as_of_null = Vec::new();
+    let mut cat_labels: Vec<Option<String>> = Vec::new();
+    let mut num_labels: Vec<Option<f64>> = Vec::new();
+    let mut texts: Vec<String> = Vec::new();
+    let mut emb: Vec<f32> = Vec::new();
+    let mut present: Vec<bool> = Vec::new();
+    let mut dim: Option<usize> = None;
+    let mut numbers: Vec<Vec<Option<f64>>> = vec![Vec::new(); spec.numbers.len()];
+    let mut cats: Vec<Vec<Option<String>>> = vec![Vec::new(); spec.categories.len()];
+    let mut paths: Vec<learn::GroupPath> = spec
+        .parents
+        .iter()
+        .chain(spec.links.iter().map(|l| &l.name))
+        .map(|n| learn::GroupPath { name: n.clone(), pairs: Vec::new() })
+        .collect();
+    let mut refs: Vec<HashMap<String, Vec<u32>>> = Vec::new();
+    let mut bytes = 0usize;
+    let has_embedding = spec.rows_sql.contains(".vector) AS pg_catalog.float4[])");
+    let has_as_of = spec.as_of_sql.is_some();
+
+    pinned(|| -> Result<()> {
+        Spi::connect(|client| -> Result<()> {
+            let args: Vec<pgrx::datum::DatumWithOid> = args.into_iter().map(Into::into).collect();
+            let mut cursor = client.open_cursor(&sql, &args);
+            loop {
+                ctl.check_raise();
+                let rows = cursor.fetch(1000).map_err(spi_error)?;
+                if rows.is_empty() {
+                    break;
+                }
+                for row in rows {
+                    let i = keys.len() as u32;
+                    keys.push(row.get::<String>(1).map_err(spi_error)?.unwrap_or_default());
+                    let rel = row.get::<pg_sys::Oid>(2).map_err(spi_error)?;
+                    let tid = row.get::<pg_sys::ItemPointerData>(3).map_err(spi_error)?;
+                    tids.push(rel.zip(tid));
+                    let t = row.get::<f64>(4).map_err(spi_error)?;
+                    as_of_null.push(has_as_of && t.is_none());
+                    // A row of unknown time is never earlier than another: it counts for nothing.
+                    as_of.push(t.unwrap_or(f64::MAX));
+                    if number {
+                        num_labels.push(row.get::<f64>(5).map_err(spi_error)?);
+                    } else {
+                        cat_labels.push(row.get::<String>(5).map_err(spi_error)?);
+                    }
+                    let text = row.get::<String>(6).map_err(spi_error)?.unwrap_or_default();
+                    bytes += text.len() + 64;
+                    texts.push(text);
+                    if has_embedding {
+                        match row.get::<Vec<Option<f32>>>(7).map_err(spi_error)? {
+                            Some(v) if v.iter().all(Option::is_some) => {
+                                let d = *dim.get_or_insert(v.len());
+                                if d != v.len() {
+                                    return Err(TributaryError::Dimension {
+                                        expected: d,
+                                        actual: v.len(),
+                                        detail: "the embedding column holds vectors of different dimensions".into(),
+                                    });
+                                }
+                                emb.extend(v.into_iter().map(|x| x.unwrap_or(0.0)));
+                                present.push(true);
+                            }
+                            _ => {
+                                if let Some(d) = dim {
+                                    emb.extend(std::iter::repeat_n(0.0, d));
+                                } else {
+                                    // Filled once the dimension is known.
+                                }
+                                present.push(false);
+                            }
+                        }
+                    }
+                    let nums = row.get::<Vec<Option<f64>>>(8).map_err(spi_error)?.unwrap_or_default();
+                    for (j, col) in numbers.iter_mut().enumerate() {
+                        col.push(nums.get(j).copied().flatten());
+                    }
+                    let cs = row.get::<Vec<Option<String>>>(9).map_err(spi_error)?.unwrap_or_default();
+                    for (j, col) in cats.iter_mut().enumerate() {
+                        col.push(cs.get(j).cloned().flatten());
+                    }
+                    let groups = row.get::<Vec<Option<String>>>(10).map_err(spi_error)?.unwrap_or_default();
+                    for (j, g) in groups.into_iter().enumerate() {
+                        if let Some(g) = g {
+                            paths[j].pairs.push((i, group_id(j, &g)));
+                        }
+                    }
+                    let rs = row.get::<Vec<Option<String>>>(11).map_err(spi_error)?.unwrap_or_default();
+                    if refs.len() < rs.len() {
+                        refs.resize_with(rs.len(), HashMap::new);
+                    }
+                    for (j, r) in rs.into_iter().enumerate() {
+                        if let Some(r) = r {
+                            refs[j].entry(r).or_default().push(i);
+                        }
+                    }
+                    bytes += 16 * (numbers.len() + cats.len() + paths.len()) + 48;
+                }
+                let total = bytes + emb.len() * 4;
+                if total > limit {
+                    return Err(memory_error(total, limit));
+                }
+                ctl.progress("reading rows", keys.len() as u64, 0);
+            }
+            Ok(())
+        })
+    })?;
+
+    // Rows read before the first embedding gave the dimension: fill their zeros now.
+    if let Some(d) = dim {
+        if emb.len() != present.len() * d {
+            let mut full = Vec::with_capacity(present.len() * d);
+            let mut src = emb.chunks_exact(d);
+            for p in &present {
+                if *p {
+                    full.extend_from_slice(src.next().expect("one vector per present row"));
+                } else {
+                    full.extend(std::iter::repeat_n(0.0, d));
+                }
+            }
+            emb = full;
+        }
+    }
+
+    // Link paths: (referenced key, group) pairs from each link table, as the caller.
+    let n_parents = spec.parents.len();
+    let links: &[LinkSpec] = match source {
+        Source::Table(_) => &spec.links,
+        // A record's link groups are its row's in the table (api/learn.rs).
+        Source::Record { .. } => &[],
+    };
+    for (li, link) in links.iter().enumerate() {
+        let path = n_parents + li;
+        let Some(map) = refs.get(link.ref_idx) else { continue };
+        pinned(|| -> Result<()> {
+            Spi::connect(|client| -> Result<()> {
+                let mut cursor = client.open_cursor(&link.sql, &[]);
+                loop {
+                    ctl.check_raise();
+                    let rows = cursor.fetch(10_000).map_err(spi_error)?;
+                    if rows.is_empty() {
+                        break;
+                    }
+                    for row in rows {
+                        let (Some(r), Some(g)) = (
+                            row.get::<String>(1).map_err(spi_error)?,
+                            row.get::<String>(2).map_err(spi_error)?,
+                        ) else {
+                            continue;
+                        };
+                        if let Some(rows) = map.get(&r) {
+                            let gid = group_id(path, &g);
+                            for &i in rows {
+                                paths[path].pairs.push((i, gid));
+                            }
+                        }
+                    }
+                    bytes += 16 * 10_000;
+                    if bytes + emb.len() * 4 > limit {
+                        return Err(memory_error(bytes + emb.len() * 4, limit));
+                    }
+                }
+                Ok(())
+            })
+        })?;
+    }
+
+    // The lexical view: the row's text, and one token per group it belongs to (the names of its
+    // people, its album, ...: what a data scientist's TF-IDF over "the row and its links" sees).
+    for p in &paths {
+        for &(i, g) in &p.pairs {
+            let t = &mut texts[i as usize];
+            t.push_str(&format!(" g{g:016x}"));
+        }
+    }
+
+    let n = keys.len();
+    let ds = learn::Dataset {
+        as_of: has_as_of.then_some(as_of),
+        label: if number {
+            learn::Labels::Number(num_labels)
+        } else {
+            learn::Labels::Category(cat_labels)
+        },
+        text: Some(texts),
+        embedding: dim.map(|d| learn::Embeddings { dim: d, data: emb, present }),
+        paths,
+        numbers: spec.numbers.iter().cloned().zip(numbers).collect(),
+        categories: spec.categories.iter().cloned().zip(cats).collect(),
+    };
+    debug_assert!(ds.as_of.as_ref().is_none_or(|a| a.len() == n));
+    Ok(Loaded { ds, keys, tids, as_of_null })
+}
+
+fn memory_error(needed: usize, limit: usize) -> TributaryError {
+    TributaryError::LearnMemory { needed, limit }
+}
+
+/// [`learn::Control`] for a call in a backend: cancel and statement_timeout seen between two
+/// pieces of work (InterruptPending, read without processing it: the learner stops its threads
+/// and returns, then [`PgControl::check_raise`] raises the real error), progress NOTICEs every
+/// `tributary.progress_interval` ms.
+pub struct PgControl {
+    what: &'static str,
+    interval: u64,
+    last: std::cell::Cell<Instant>,
+    started: Instant,
+}
+
+impl PgControl {
+    pub fn new(what: &'static str) -> PgControl {
+        PgControl {
+            what,
+            interval: gucs::progress_interval_ms(),
+            last: std::cell::Cell::new(Instant::now()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Raises the pending cancel or statement_timeout, if any (on the backend's own thread).
+    pub fn check_raise(&self) {
+        pgrx::check_for_interrupts!();
+    }
+
+    pub fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+}
+
+impl learn::Control for PgControl {
+    fn check(&self) -> std::result::Result<(), learn::Error> {
+        // SAFETY: a sig_atomic_t the signal handlers set; read only.
+        let pending = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::InterruptPending)) };
+        if pending != 0 {
+            Err(learn::Error::Cancelled("interrupt pending".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn progress(&self, stage: &str, done: u64, total: u64) {
+        if self.interval == 0 || self.last.get().elapsed() < Duration::from_millis(self.interval) {
+            return;
+        }
+        self.last.set(Instant::now());
+        if total > 0 {
+            pgrx::notice!("{}: {stage}: {done} of {total} ({:.0} s)", self.what, self.seconds());
+        } else {
+            pgrx::notice!("{}: {stage}: {done} ({:.0} s)", self.what, self.seconds());
+        }
+    }
+}
+
+/// A learner's error as the call's: a cancel raises the pending interrupt (57014, with
+/// statement_timeout's message when it was that), memory 54000, bad data 22023.
+pub fn learn_error(e: learn::Error, ctl: &PgControl) -> TributaryError {
+    match e {
+        learn::Error::Cancelled(_) => {
+            ctl.check_raise();
+            TributaryError::Internal("the learner stopped for an interrupt that was gone".into())
+        }
+        learn::Error::Memory { needed, limit } => memory_error(needed, limit),
+        learn::Error::Invalid(m) => TributaryError::InvalidArgument { message: m, hint: None },
+        learn::Error::Model(m) => TributaryError::Internal(format!("predictor: {m}")),
+    }
+}
+
+/// One predictor's catalog row.
+pub struct Stored {
+    pub owner: pg_sys::Oid,
+    pub tbl: pg_sys::Oid,
+    pub kind: String,
+    pub options: Options,
+    pub signature: serde_json::Value,
+    pub features: Vec<String>,
+    pub model: Vec<u8>,
+}
+
+/// The owner of predictor `name`, if it exists (read as the extension's owner).
+pub fn owner_of(name: &str) -> Result<Option<pg_sys::Oid>> {
+    as_role(extension_owner(), || {
+        crate::pg::spi::select_one::<pg_sys::Oid>(
+            "SELECT CAST(owner AS pg_catalog.oid) FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
+            &[name.into()],
+        )
+    })
+    .map_err(spi_error)
+}
+
+/// Whether the current user is `role` or a member of it (what lets a role retrain or drop a
+/// predictor, as for other objects' owners).
+pub fn is_member_of(role: pg_sys::Oid) -> Result<bool> {
+    crate::pg::spi::select_one::<bool>(
+        "SELECT pg_catalog.pg_has_role(CURRENT_USER, $1, 'USAGE')",
+        &[role.into()],
+    )
+    .map_err(spi_error)
+    .map(|b| b.unwrap_or(false))
+}
+
+/// 42501 unless the current user may retrain or drop predictor `name` (when it exists).
+pub fn check_owner(name: &str) -> Result<()> {
+    if let Some(owner) = owner_of(name)? {
+        if !is_member_of(owner)? {
+            return Err(TributaryError::Permission(format!("must be owner of predictor \"{name}\"")));
+        }
+    }
+    Ok(())
+}
+
+/// Predictor `name` for use by the current user: its owner (or a member) or a role that may
+/// read its label column (42501 otherwise; 42704 unknown name).
+pub fn stored(name: &str) -> Result<Stored> {
+    let row = as_role(extension_owner(), || {
+        pinned(|| {
+            Spi::connect(|client| {
+                let t = client.select(
+                    "SELECT CAST(owner AS pg_catalog.oid), CAST(tbl AS pg_catalog.oid), kind, options, signature, features, model \
+                       FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
+                    Some(1),
+                    &[name.into()],
+                )?;
+                if t.is_empty() {
+                    return Ok(None);
+                }
+                let r = t.first();
+                Ok::<_, pgrx::spi::Error>(Some((
+                    r.get::<pg_sys::Oid>(1)?.unwrap_or_default(),
+                    r.get::<pg_sys::Oid>(2)?.unwrap_or_default(),
+                    r.get::<String>(3)?.unwrap_or_default(),
+                    r.get::<pgrx::JsonB>(4)?.map(|j| j.0).unwrap_or_default(),
+                    r.get::<pgrx::JsonB>(5)?.map(|j| j.0).unwrap_or_default(),
+                    r.get::<Vec<String>>(6)?.unwrap_or_default(),
+                    r.get::<Vec<u8>>(7)?.unwrap_or_default(),
+                )))
+            })
+        })
+    })
+    .map_err(spi_error)?;
+    let Some((owner, tbl, kind, options, signature, features, model)) = row else {
+        return Err(TributaryError::UnknownPredictor(name.into()));
+    };
+    let options: Options = serde_json::from_value(options)
+        .map_err(|e| TributaryError::Internal(format!("predictor options: {e}")))?;
+    if !is_member_of(owner)? {
+        let exists = crate::pg::regclass::display_name(tbl).is_some();
+        let may_read = exists
+            && crate::pg::spi::select_one::<bool>(
+                "SELECT pg_catalog.has_column_privilege($1, $2::pg_catalog.text, 'SELECT')",
+                &[tbl.into(), options.label.as_str().into()],
+            )
+            .map_err(spi_error)?
+            .unwrap_or(false);
+        if !may_read {
+            return Err(TributaryError::Permission(format!(
+                "permission denied for predictor \"{name}\""
+            )));
+        }
+    }
+    if crate::pg::regclass::display_name(tbl).is_none() {
+        return Err(TributaryError::UndefinedTable(format!(
+            "the table of predictor \"{name}\" does not exist any more"
+        )));
+    }
+    Ok(Stored { owner, tbl, kind, options, signature, features, model })
+}
+
+/// The plan of a stored predictor, checked against what it was trained on: 55000 when the
+/// table's columns (or the caller's view of them) changed.
+pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
+    let s = spec(p.tbl, &p.options)?;
+    if s.signature != p.signature || s.kind != p.kind {
+        let was: Vec<String> = sig_list(&p.signature);
+        let now: Vec<String> = sig_list(&s.signature);
+        let gone: Vec<&String> = was.iter().filter(|c| !now.contains(c)).collect();
+        let new: Vec<&String> = now.iter().filter(|c| !was.contains(c)).collect();
+        return Err(TributaryError::Changed {
+            message: format!("the columns predictor \"{name}\" was trained on have changed"),
+            detail: format!(
+                "Trained on but not found now: {}. Found now but not trained on: {}.",
+                if gone.is_empty() { "none".into() } else { gone.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") },
+                if new.is_empty() { "none".into() } else { new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") },
+            ),
+        });
+    }
+    Ok(s)
+}
+
+fn sig_list(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    e.as_array()
+                        .map(|x| x.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect::<Vec<_>>().join(" "))
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Everything `tributary_train` stores.
+pub struct NewPredictor<'a> {
+    pub name: &'a str,
+    pub tbl: pg_sys::Oid,
+    pub kind: &'a str,
+    pub options: &'a Options,
+    pub signature: &'a serde_json::Value,
+    pub features: Vec<String>,
+    pub algorithm: String,
+    pub classes: Option<Vec<String>>,
+    pub model: Vec<u8>,
+    pub metrics: serde_json::Value,
+    pub training_rows: i64,
+    pub digest: String,
+}
+
+/// Writes (or replaces, in the caller's transaction: atomically) predictor `p.name`, as the
+/// extension's owner; the owner is the current user, kept on a retrain. 42501 when another
+/// role owns the name by now.
+pub fn store(p: NewPredictor<'_>) -> Result<()> {
+    // SAFETY: the current user, read before the switch.
+    let caller = unsafe { pg_sys::GetUserId() };
+    let options = serde_json::to_value(p.options).map_err(|e| TributaryError::Internal(e.to_string()))?;
+    let written = as_role(extension_owner(), || {
+        pinned(|| {
+            Spi::connect_mut(|client| {
+                let t = client.update(
+                    "INSERT INTO tributary._predictors AS p (name, owner, tbl, label, kind, embedding, as_of, options, \
+                         signature, features, algorithm, classes, model, metrics, training_rows, data_digest) \
+                     VALUES ($1, CAST($2 AS pg_catalog.regrole), CAST($3 AS pg_catalog.regclass), $4, $5, $6, $7, $8, $9, \
+                         $10, $11, $12, $13, $14, $15, $16) \
+                     ON CONFLICT (name) DO UPDATE SET tbl = EXCLUDED.tbl, label = EXCLUDED.label, kind = EXCLUDED.kind, \
+                         embedding = EXCLUDED.embedding, as_of = EXCLUDED.as_of, options = EXCLUDED.options, \
+                         signature = EXCLUDED.signature, features = EXCLUDED.features, algorithm = EXCLUDED.algorithm, \
+                         classes = EXCLUDED.classes, model = EXCLUDED.model, metrics = EXCLUDED.metrics, \
+                         training_rows = EXCLUDED.training_rows, data_digest = EXCLUDED.data_digest, \
+                         trained_at = pg_catalog.now() \
+                       WHERE pg_catalog.pg_has_role($2, CAST(p.owner AS pg_catalog.oid), 'USAGE') \
+                     RETURNING 1",
+                    None,
+                    &[
+                        p.name.into(),
+                        caller.into(),
+                        p.tbl.into(),
+                        p.options.label.as_str().into(),
+                        p.kind.into(),
+                        p.options.embedding.as_deref().into(),
+                        p.options.as_of.as_deref().into(),
+                        pgrx::JsonB(options).into(),
+                        pgrx::JsonB(p.signature.clone()).into(),
+                        p.features.into(),
+                        p.algorithm.into(),
+                        p.classes.into(),
+                        p.model.into(),
+                        pgrx::JsonB(p.metrics).into(),
+                        p.training_rows.into(),
+                        p.digest.into(),
+                    ],
+                )?;
+                Ok::<_, pgrx::spi::Error>(t.len())
+            })
+        })
+    })
+    .map_err(spi_error)?;
+    if written == 0 {
+        return Err(TributaryError::Permission(format!("must be owner of predictor \"{}\"", p.name)));
+    }
+    Ok(())
+}

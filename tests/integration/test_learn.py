@@ -1,0 +1,273 @@
+"""Predictors that learn (issue 35): tributary_train, tributary_predict_column(predictor, target),
+tributary_predict(predictor, row), tributary_drop_predictor, the catalog and its view.
+
+What is checked, on a real cluster with the real model:
+- leakage: a row's prediction (its features) does not change when the labels of rows dated at
+  or after it change, and does change when an earlier related row's label changes; a model
+  trained with split_at is the same model, byte for byte, whatever the test rows' labels are;
+- as-of semantics: the history counted for a row is the related rows strictly earlier (ties
+  left out), the evidence says so; rows with a NULL as_of are left out with a NOTICE;
+- it learns: on Chinook (real data; tracks' genres through their albums and artists) the
+  predictor beats the majority class and k-NN, and predict_column fills what was NULL;
+- row-level security and column privileges: training sees what the caller sees; using a
+  predictor needs its ownership or SELECT on the label column; retraining or dropping another
+  role's predictor is 42501; the catalog itself is closed;
+- bad input: one class, unknown path, unknown column, a changed table, NULLs;
+- cancel and statement_timeout mid-training store nothing;
+- dump and restore keep a predictor, which predicts the same afterwards.
+"""
+import os
+import subprocess
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+import pytest
+
+DB = "tributary_learn"
+ROLES = ("learn_alice", "learn_bob")
+
+
+def connect(dsn, **kw):
+    return psycopg.connect(dsn, autocommit=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def env(dsn):
+    base = dsn
+    with connect(base) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        c.execute(f"CREATE DATABASE {DB}")
+        for r in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {r}")
+            c.execute(f"CREATE ROLE {r} LOGIN")
+    db = make_conninfo(base, dbname=DB)
+    with connect(db) as c:
+        c.execute("CREATE EXTENSION tributary CASCADE")
+        c.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    yield {"dsn": db, "base": base}
+    with connect(base) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        c.execute(f"DROP DATABASE IF EXISTS {DB}_restored WITH (FORCE)")
+        for r in ROLES:
+            c.execute(f"DROP ROLE IF EXISTS {r}")
+
+
+def history_table(c, name="ev"):
+    """Events of people: each event has a person (parent) and a kind (the label), dated by day.
+    A person's kinds repeat, so the history through person_id predicts the kind."""
+    c.execute(f"""
+        DROP TABLE IF EXISTS {name}, {name}_person CASCADE;
+        CREATE TABLE {name}_person (person_id int PRIMARY KEY, name text);
+        CREATE TABLE {name} (id int PRIMARY KEY, person_id int REFERENCES {name}_person, day int,
+                             note text, kind text, guess text);
+        INSERT INTO {name}_person SELECT p, 'person ' || p FROM generate_series(1, 40) p;
+        -- Person p's events are mostly kind (p % 4): 'a'..'d'; one in five is another kind.
+        INSERT INTO {name} (id, person_id, day, note, kind)
+        SELECT i, 1 + (i % 40), i / 8,
+               'event number ' || i,
+               CASE WHEN i % 5 = 0 THEN chr(97 + ((i / 40) % 4)) ELSE chr(97 + ((1 + (i % 40)) % 4)) END
+          FROM generate_series(1, 800) i;
+    """)
+
+
+def train(c, *args, **kw):
+    named = ", ".join([*args, *(f"{k} => {v}" for k, v in kw.items())])
+    return c.execute(f"SELECT method, algorithm, split, rows, accuracy, macro_f1, mae, seconds "
+                     f"FROM tributary_train({named})").fetchall()
+
+
+def by_method(rows, split="test"):
+    """The rows of one split by method (with algorithm 'auto', the validation rows compare both heads)."""
+    return {r[0]: r for r in rows if r[2] == split}
+
+
+def test_learns_from_history_and_predicts_the_column(env):
+    with connect(env["dsn"]) as c:
+        history_table(c)
+        # The real model's embeddings of the notes (the k-NN votes' input).
+        c.execute("ALTER TABLE ev ADD COLUMN e vector(384)")
+        c.execute("SELECT tributary_embed_column('ev', '{note}', 'e')")
+        rows = by_method(train(c, "'ev_p'", "'ev'", "'kind'", embedding="'e'", as_of="'day'", split_at="'80'"))
+        assert set(rows) == {"predictor", "knn", "baseline"}, rows
+        pred, base = rows["predictor"], rows["baseline"]
+        assert pred[2] == "test" and pred[3] == 161, pred          # days 80..100: events 640..800
+        # The person's history decides 4 in 5 events; the majority class is about 1 in 4.
+        assert pred[4] >= 0.7 and pred[4] > base[4] + 0.3, rows
+        assert pred[7] is not None and pred[7] > 0
+        # The catalog: visible through the view, without the model.
+        info = c.execute("SELECT kind, as_of, training_rows, algorithm, classes, model_bytes > 0, "
+                         "'person_id' = ANY (features) OR EXISTS (SELECT 1 FROM unnest(features) f WHERE f LIKE '%person_id%') "
+                         "FROM tributary.predictors WHERE name = 'ev_p'").fetchone()
+        assert info[0] == "category" and info[1] == "day" and info[2] == 639, info
+        assert info[3] in ("gbdt", "logistic") and sorted(info[4]) == ["a", "b", "c", "d"] and info[5] and info[6], info
+        # Predict the test period: set its labels to NULL, fill guess.
+        c.execute("CREATE TABLE ev_truth AS SELECT id, kind FROM ev WHERE day >= 80")
+        c.execute("UPDATE ev SET kind = NULL WHERE day >= 80")
+        n = c.execute("SELECT tributary_predict_column('ev_p', 'guess')").fetchone()[0]
+        assert n == 161
+        acc = c.execute("SELECT avg((e.guess = t.kind)::int) FROM ev e JOIN ev_truth t USING (id)").fetchone()[0]
+        assert acc >= 0.7, acc
+        assert c.execute("SELECT count(*) FROM ev WHERE kind IS NOT NULL AND guess IS NOT NULL").fetchone()[0] == 0
+
+
+def test_no_future_label_leaks_into_a_rows_features(env):
+    with connect(env["dsn"]) as c:
+        history_table(c, "lk")
+        train(c, "'lk_p'", "'lk'", "'kind'", as_of="'day'", algorithm="'gbdt'")
+        probe = "SELECT prediction, confidence, evidence FROM lk, tributary_predict('lk_p', lk) WHERE lk.id = 403"
+        before = c.execute(probe).fetchone()
+        day = c.execute("SELECT day FROM lk WHERE id = 403").fetchone()[0]
+        # Every label of its day and later (its own included) changed: nothing it may see changed.
+        c.execute("UPDATE lk SET kind = 'zz' WHERE day >= %s", (day,))
+        assert c.execute(probe).fetchone() == before
+        # Control: an earlier row of the same person changes its evidence.
+        c.execute("UPDATE lk SET kind = 'zz' WHERE person_id = (SELECT person_id FROM lk WHERE id = 403) AND day < %s",
+                  (day,))
+        after = c.execute(probe).fetchone()
+        assert after != before
+
+
+def test_test_rows_labels_never_enter_the_model(env):
+    with connect(env["dsn"]) as c:
+        history_table(c, "sp")
+        train(c, "'sp_1'", "'sp'", "'kind'", as_of="'day'", split_at="'60'", algorithm="'gbdt'")
+        c.execute("UPDATE sp SET kind = CASE kind WHEN 'a' THEN 'b' ELSE 'a' END WHERE day >= 60")
+        train(c, "'sp_2'", "'sp'", "'kind'", as_of="'day'", split_at="'60'", algorithm="'gbdt'")
+        m = c.execute("SELECT name, model, data_digest FROM tributary._predictors WHERE name IN ('sp_1', 'sp_2') "
+                      "ORDER BY name").fetchall()
+        assert m[0][1] == m[1][1] and m[0][2] == m[1][2], "a test row's label changed the trained model"
+
+
+def test_as_of_counts_only_strictly_earlier_rows(env):
+    with connect(env["dsn"]) as c:
+        c.execute("""
+            DROP TABLE IF EXISTS ao, ao_parent CASCADE;
+            CREATE TABLE ao_parent (pid int PRIMARY KEY);
+            CREATE TABLE ao (id int PRIMARY KEY, pid int REFERENCES ao_parent, t date, kind text);
+            INSERT INTO ao_parent VALUES (1), (2);
+            INSERT INTO ao VALUES (1, 1, '2020-01-01', 'x'), (2, 1, '2020-01-02', 'y'), (3, 1, '2020-01-02', 'x'),
+                                  (4, 1, '2020-01-03', NULL), (5, 2, '2020-01-01', 'y'), (6, 2, '2020-01-02', 'y'),
+                                  (7, 2, NULL, 'x');
+        """)
+        notices = []
+        c.add_notice_handler(lambda d: notices.append(d.message_primary))
+        train(c, "'ao_p'", "'ao'", "'kind'", as_of="'t'", algorithm="'logistic'")
+        assert any("1 rows with a NULL t left out" in n for n in notices), notices
+        hist = dict(c.execute("SELECT ao.id, (tributary_predict('ao_p', ao)).evidence -> 'history' -> 'pid' "
+                              "FROM ao ORDER BY id").fetchall())
+        # Row 2 and 3 (day 2) see row 1 only; row 4 (day 3) sees rows 1-3; row 1 nothing earlier.
+        assert float(hist[1] or 0) == 0 and float(hist[2]) == 1 and float(hist[3]) == 1 and float(hist[4]) == 3, hist
+        assert hist[7] is None   # NULL as_of: no prediction
+
+
+def test_bad_input(env):
+    with connect(env["dsn"]) as c:
+        c.execute("DROP TABLE IF EXISTS bad; CREATE TABLE bad (id int PRIMARY KEY, t int, body text, kind text)")
+        c.execute("INSERT INTO bad SELECT i, i, 'row ' || i, 'only' FROM generate_series(1, 50) i")
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'bad_p'", "'bad'", "'kind'", as_of="'t'")
+        assert e.value.sqlstate == "22023" and "class" in str(e.value), e.value
+        c.execute("UPDATE bad SET kind = NULL")
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'bad_p'", "'bad'", "'kind'", as_of="'t'")
+        assert e.value.sqlstate == "22023"
+        c.execute("UPDATE bad SET kind = CASE WHEN id % 2 = 0 THEN 'even' ELSE 'odd' END")
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'bad_p'", "'bad'", "'kind'", as_of="'t'", history="'{no_such_path}'")
+        assert e.value.sqlstate == "22023" and "no_such_path" in str(e.value), e.value
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'bad_p'", "'bad'", "'nope'")
+        assert e.value.sqlstate == "42703"
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'bad_p'", "'bad'", "'kind'", as_of="'body'")
+        assert e.value.sqlstate == "42804"
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'bad_p'", "'bad'", "'kind'", split_at="'10'")
+        assert e.value.sqlstate == "22023"
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "NULL", "'bad'", "'kind'")
+        assert e.value.sqlstate == "22004"
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT tributary_predict_column('no_such_predictor', 'x')")
+        assert e.value.sqlstate == "42704"
+        # A table whose columns changed since training.
+        train(c, "'bad_p'", "'bad'", "'kind'", as_of="'t'", algorithm="'logistic'")
+        c.execute("ALTER TABLE bad ADD COLUMN guess text, ADD COLUMN weight float8")
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT tributary_predict_column('bad_p', 'guess')")
+        assert e.value.sqlstate == "55000" and "weight" in (e.value.diag.message_detail or ""), e.value
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT tributary_predict_column('bad_p', 'kind')")
+        assert e.value.sqlstate in ("22023", "55000")
+        assert c.execute("SELECT * FROM tributary_predict('bad_p', NULL::bad)").fetchone() == (None, None, None)
+
+
+def test_privileges_and_row_level_security(env):
+    alice = make_conninfo(env["dsn"], user="learn_alice")
+    bob = make_conninfo(env["dsn"], user="learn_bob")
+    with connect(alice) as a:
+        history_table(a, "rl")
+        a.execute("ALTER TABLE rl ENABLE ROW LEVEL SECURITY")
+        a.execute("CREATE POLICY half ON rl USING (person_id <= 20)")
+        a.execute("ALTER TABLE rl FORCE ROW LEVEL SECURITY")
+        train(a, "'rl_p'", "'rl'", "'kind'", as_of="'day'", algorithm="'logistic'")
+        assert a.execute("SELECT training_rows FROM tributary.predictors WHERE name = 'rl_p'").fetchone()[0] == 400
+        with pytest.raises(psycopg.Error) as e:
+            a.execute("SELECT model FROM tributary._predictors")
+        assert e.value.sqlstate == "42501"
+    with connect(bob) as b:
+        # Bob may not read the table: he does not see the predictor, cannot use, retrain nor drop it.
+        assert b.execute("SELECT count(*) FROM tributary.predictors WHERE name = 'rl_p'").fetchone()[0] == 0
+        for sql in ("SELECT tributary_predict_column('rl_p', 'guess')",
+                    "SELECT * FROM tributary_train('rl_p', 'public.ev', 'kind')",
+                    "SELECT tributary_drop_predictor('rl_p')"):
+            with pytest.raises(psycopg.Error) as e:
+                b.execute(sql)
+            assert e.value.sqlstate == "42501", (sql, e.value)
+    with connect(alice) as a:
+        a.execute("GRANT SELECT (kind) ON rl TO learn_bob")
+    with connect(bob) as b:
+        assert b.execute("SELECT count(*) FROM tributary.predictors WHERE name = 'rl_p'").fetchone()[0] == 1
+        with pytest.raises(psycopg.Error) as e:
+            b.execute("SELECT tributary_drop_predictor('rl_p')")
+        assert e.value.sqlstate == "42501"
+    with connect(alice) as a:
+        assert a.execute("SELECT tributary_drop_predictor('rl_p')").fetchone()[0] is True
+        a.execute("DROP TABLE rl, rl_person")
+
+
+def test_statement_timeout_stores_nothing(env):
+    with connect(env["dsn"]) as c:
+        c.execute("""
+            DROP TABLE IF EXISTS big CASCADE;
+            CREATE TABLE big (id int PRIMARY KEY, t int, body text, x float8, kind text);
+            INSERT INTO big SELECT i, i / 1000, 'item ' || (i % 977) || ' of shelf ' || (i % 31), random(),
+                                   CASE WHEN i % 3 = 0 THEN 'a' WHEN i % 3 = 1 THEN 'b' ELSE 'c' END
+              FROM generate_series(1, 1000000) i;
+        """)
+        c.execute("SET statement_timeout = '4s'")
+        with pytest.raises(psycopg.Error) as e:
+            train(c, "'big_p'", "'big'", "'kind'", as_of="'t'")
+        assert e.value.sqlstate == "57014", e.value
+        c.execute("RESET statement_timeout")
+        assert c.execute("SELECT count(*) FROM tributary.predictors WHERE name = 'big_p'").fetchone()[0] == 0
+        c.execute("DROP TABLE big")
+
+
+def test_dump_and_restore_keep_a_predictor(env):
+    pgbin = os.environ.get("TRIBUTARY_PGBIN", "/usr/lib/postgresql/15/bin")
+    with connect(env["dsn"]) as c:
+        history_table(c, "dr")
+        train(c, "'dr_p'", "'dr'", "'kind'", as_of="'day'", algorithm="'gbdt'")
+        before = c.execute("SELECT dr.id, p.prediction, p.confidence FROM dr, tributary_predict('dr_p', dr) p "
+                           "WHERE dr.id % 50 = 0 ORDER BY dr.id").fetchall()
+    with connect(env["base"]) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB}_restored WITH (FORCE)")
+        c.execute(f"CREATE DATABASE {DB}_restored")
+    dst = make_conninfo(env["dsn"], dbname=f"{DB}_restored")
+    dump = subprocess.run([f"{pgbin}/pg_dump", "-Fc", "-d", env["dsn"]], capture_output=True, check=True).stdout
+    subprocess.run([f"{pgbin}/pg_restore", "-d", dst], input=dump, capture_output=True, check=True)
+    with connect(dst) as c:
+        after = c.execute("SELECT dr.id, p.prediction, p.confidence FROM dr, tributary_predict('dr_p', dr) p "
+                          "WHERE dr.id % 50 = 0 ORDER BY dr.id").fetchall()
+    assert after == before and len(before) == 16
