@@ -89,6 +89,14 @@ pgrx::extension_sql_file!(
     ]
 );
 
+// Predict jobs: a predictor's column kept filled by the background workers (see the file's
+// header; the refresh in src/worker/predict.rs).
+pgrx::extension_sql_file!(
+    "../sql/learn_jobs.sql",
+    name = "learn_jobs",
+    requires = ["learn", "jobs"]
+);
+
 // COMMENT ON for every object of the extension, after all of them exist.
 pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 

@@ -91,6 +91,8 @@ struct JobState {
 /// What a worker does next.
 pub(super) enum Next {
     Run(Box<Job>),
+    /// Refresh predict job `id` (src/worker/predict.rs).
+    Predict(i64),
     /// Nothing to run now, but this worker stays to watch continuous jobs.
     Idle,
     Exit,
@@ -141,20 +143,42 @@ pub(super) fn plan(db: u32, dbname: &str) -> Next {
     .map_err(spi_error)
     .or_raise();
 
-    let demand: u32 = jobs
+    // Predict jobs with queued rows (sql/learn_jobs.sql): one worker each when due; a worker
+    // stays to come back to those not due yet (tributary.job_poll_interval since their last
+    // refresh).
+    let predict = super::predict::pending();
+    let demand: u32 = (jobs
         .iter()
         .filter(|j| j.queued)
         .map(|j| j.workers as u32)
         .sum::<u32>()
+        + predict.iter().filter(|p| p.due).count() as u32)
         .min(MAX_SLOTS as u32);
-    let polling = jobs.iter().any(|j| j.continuous || j.retries_waiting);
+    let polling = jobs.iter().any(|j| j.continuous || j.retries_waiting) || !predict.is_empty();
     registry::set_wanted(db, dbname, demand.max(polling as u32), false);
 
-    let candidates = jobs.iter().filter(|j| j.queued).map(|j| Candidate {
-        id: j.id,
-        workers: j.workers as usize,
-    });
+    // Due predict jobs first (each is at most one refresh per poll interval, so they cannot
+    // starve the embedding jobs), as negative ids in the registry: one worker at a time each.
+    let candidates = predict
+        .iter()
+        .filter(|p| p.due)
+        .map(|p| Candidate {
+            id: -p.id,
+            workers: 1,
+        })
+        .chain(jobs.iter().filter(|j| j.queued).map(|j| Candidate {
+            id: j.id,
+            workers: j.workers as usize,
+        }));
     if let Some(id) = registry::take_job(candidates) {
+        if id < 0 {
+            let owner = predict
+                .iter()
+                .find(|p| p.id == -id)
+                .map_or(pg_sys::InvalidOid, |p| p.owner);
+            registry::set_job_owner(owner);
+            return Next::Predict(-id);
+        }
         if let Some(job) = load_job(id) {
             registry::set_job_owner(job.owner);
             return Next::Run(Box::new(job));

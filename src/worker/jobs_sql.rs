@@ -12,7 +12,8 @@ use crate::pg::error::{raise, spi_error, OrRaise, TributaryError};
 use crate::pg::roles::{as_role, as_user, extension_owner};
 
 /// `tributary._job_call(op, args)`: runs the job function of `op` (`tributary._job_<op>`,
-/// `_chunk_job_create`, `_chunk_job_drop`, `_forget_column`) with `(caller, args)` as the
+/// `_chunk_job_create`, `_chunk_job_drop`, `_forget_column`, `_predict_job_create`,
+/// `_predict_job_drop`) with `(caller, args)` as the
 /// extension's owner, `caller` being `GetUserId()`.
 ///
 /// Errors: 22023 unknown op; 42501 inside a security-restricted operation; the job function's.
@@ -27,6 +28,8 @@ pub(super) fn job_call(op: &str, args: pgrx::JsonB) -> Option<i64> {
         "chunk_create" => ("_chunk_job_create", "tributary_chunk_job_create()"),
         "chunk_drop" => ("_chunk_job_drop", "tributary_chunk_job_drop()"),
         "forget_column" => ("_forget_column", "tributary_forget_column()"),
+        "predict_create" => ("_predict_job_create", "tributary_predict_job_create()"),
+        "predict_drop" => ("_predict_job_drop", "tributary_predict_job_drop()"),
         _ => raise(TributaryError::InvalidArgument {
             message: format!("unknown job operation \"{op}\""),
             hint: Some("Call tributary_job_create, _pause, _resume, _cancel or _drop.".into()),

@@ -39,6 +39,8 @@
 //! - `runner`: a worker's main loop (slot, plan / run / wait).
 //! - `catalog`: the job catalog as a worker reads it (`tributary._jobs`): planning, loading a job.
 //! - `batch`: running a job's batches, bisecting failures, recording failed rows and jobs.
+//! - `predict`: refreshing predict jobs (sql/learn_jobs.sql): a predictor's column kept as
+//!   `tributary_predict_column` would fill it, after the statements that may change it.
 //! - `jobs_sql`: what runs in users' sessions: the bodies of `tributary._job_call` and
 //!   `tributary._run_as`, and the continuous jobs' trigger (C). Apart from `catalog`, since
 //!   they are called by sql/jobs.sql, not by workers.
@@ -56,6 +58,7 @@ mod batch;
 mod catalog;
 mod jobs_sql;
 mod launcher;
+mod predict;
 mod process;
 mod registry;
 mod runner;

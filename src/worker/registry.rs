@@ -325,7 +325,8 @@ pub(super) fn visible_workers(caller: pg_sys::Oid, db: pg_sys::Oid, all: bool) -
         .map(|s| WorkerRow {
             pid: s.pid,
             db: pg_sys::Oid::from(s.db),
-            job: (s.job != 0).then_some(s.job),
+            // Predict jobs run under negative ids (src/worker/predict.rs): not embedding jobs.
+            job: (s.job > 0).then_some(s.job),
         })
         .collect()
 }

@@ -13,7 +13,7 @@ use crate::worker::catalog::{plan, Next};
 use crate::worker::process::{
     attach_signal_handlers, exit_if_postmaster_died, reload_config_if_asked, report_activity, wait,
 };
-use crate::worker::registry;
+use crate::worker::{predict, registry};
 
 /// Entry point of a job worker (see src/worker/mod.rs). `bgw_extra` is the database's name.
 #[pg_guard]
@@ -66,6 +66,15 @@ pub extern "C-unwind" fn tributary_worker_main(_arg: pg_sys::Datum) {
                     After::Plan => {}
                     // Rows are queued but all claimed by other workers (or just failed):
                     // wait before planning again rather than spin.
+                    After::Wait => wait_poll_interval(),
+                }
+            }
+            Next::Predict(id) => {
+                let after = predict::run(id);
+                registry::clear_job();
+                match after {
+                    After::Exit => break,
+                    After::Plan => {}
                     After::Wait => wait_poll_interval(),
                 }
             }

@@ -1,0 +1,217 @@
+-- Predictions kept current (issue 35): a predict job keeps column `target` of a predictor's table
+-- filled with the predictor's predictions, as tributary_predict_column(predictor, target) would
+-- fill it now, refreshed by the background workers (src/worker/predict.rs) when rows of the table
+-- are inserted, updated (any column but `target`: the job's own writes do not wake it), deleted
+-- or truncated, and when rows of the tables its history reads change: the tables its foreign
+-- keys reference (parents: their numbers and their own foreign keys are features) and the link
+-- tables (a foreign key to the table and another one; tributary._learn_spec in sql/learn.sql).
+--
+-- A statement-level trigger on each of those tables (tributary._predict_trigger, owned by the
+-- extension's owner) adds one row to the append-only queue tributary._predict_dirty and wakes
+-- the database's workers at commit. A worker picks a job with queued rows, at most once per
+-- tributary.job_poll_interval per job, and in one transaction takes the queued rows, runs
+-- tributary_predict_column(predictor, target) as the table's owner (read from pg_class at each
+-- refresh, like every job) and records the refresh: a crash before the commit leaves the queued
+-- rows, and the refresh runs again. A refresh that fails is recorded (last_error) and retried
+-- after the poll interval; after tributary.job_max_attempts failures in a row the job is
+-- 'failed' (drop it and create it again once the cause is fixed, e.g. after retraining).
+
+CREATE TABLE tributary._predict_jobs (
+    id            bigserial PRIMARY KEY,
+    predictor     text NOT NULL,               -- tributary._predictors.name
+    target        name NOT NULL,               -- the column written
+    tbl           regclass NOT NULL,           -- the predictor's table (dumped by name)
+    owner         regrole NOT NULL,            -- the table's owner at the last refresh: refreshes run as it
+    state         text NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'failed')),
+    attempts      integer NOT NULL DEFAULT 0,  -- failed refreshes in a row
+    runs          bigint NOT NULL DEFAULT 0,   -- committed refreshes
+    rows_done     bigint NOT NULL DEFAULT 0,   -- rows written by committed refreshes
+    last_run_at   timestamptz,                 -- start of the last refresh (committed or failed)
+    last_error    text,
+    last_error_at timestamptz,
+    created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE (tbl, target)
+);
+-- One row per statement that may change a prediction; taken (deleted) by the refresh that covers it.
+CREATE TABLE tributary._predict_dirty (
+    id  bigserial PRIMARY KEY,
+    job bigint NOT NULL REFERENCES tributary._predict_jobs ON DELETE CASCADE,
+    at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+CREATE INDEX ON tributary._predict_dirty (job);
+REVOKE ALL ON tributary._predict_jobs, tributary._predict_dirty FROM PUBLIC;
+-- Jobs are kept by pg_dump (their triggers are dumped with the tables); the queue is not (the
+-- predictions it would refresh are dumped as they are).
+SELECT pg_catalog.pg_extension_config_dump('tributary._predict_jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('tributary._predict_jobs_id_seq', '');
+
+CREATE VIEW tributary.predict_jobs WITH (security_barrier) AS
+SELECT j.id, j.predictor, j.target, j.tbl, j.owner, j.state, j.rows_done, j.runs, j.attempts,
+       j.last_run_at, j.last_error, j.last_error_at, j.created_at,
+       (SELECT pg_catalog.count(*) FROM tributary._predict_dirty d WHERE d.job OPERATOR(pg_catalog.=) j.id) AS pending
+  FROM tributary._predict_jobs j
+ WHERE pg_catalog.pg_has_role(CURRENT_USER,
+           COALESCE((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) j.tbl::pg_catalog.oid), j.owner::pg_catalog.oid),
+           'USAGE');
+GRANT SELECT ON tributary.predict_jobs TO PUBLIC;
+
+-- The statement-level trigger: queues a refresh of job TG_ARGV[0] (when it is active) and wakes
+-- the workers at commit. SECURITY DEFINER (its owner is the extension's owner): whoever writes
+-- the table needs no right on the queue. (client_min_messages: tributary_predict_job_create has
+-- already warned when tributary is not in shared_preload_libraries.)
+CREATE FUNCTION tributary._predict_trigger() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
+BEGIN
+    INSERT INTO tributary._predict_dirty (job)
+    SELECT j.id FROM tributary._predict_jobs j
+     WHERE j.id OPERATOR(pg_catalog.=) CAST(TG_ARGV[0] AS pg_catalog.int8)
+       AND j.state OPERATOR(pg_catalog.=) 'active';
+    IF FOUND THEN
+        PERFORM tributary._wake_launcher();
+    END IF;
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._predict_trigger() FROM PUBLIC;
+
+-- The tables whose rows a predictor over `tbl` reads besides tbl: the tables its foreign keys
+-- reference, and the link tables (a foreign key to tbl and another foreign key), as
+-- tributary._learn_spec finds them. Ordinary and partitioned tables only.
+CREATE FUNCTION tributary._predict_related(tbl regclass) RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT DISTINCT r.rel::regclass
+      FROM (SELECT c.confrelid AS rel FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
+            UNION
+            SELECT c.conrelid FROM pg_constraint c
+             WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
+               AND EXISTS (SELECT 1 FROM pg_constraint o WHERE o.conrelid = c.conrelid
+                              AND o.contype = 'f' AND o.conname <> c.conname)) r
+      JOIN pg_class k ON k.oid = r.rel
+     WHERE r.rel <> tbl AND k.relkind IN ('r', 'p')
+$$;
+
+-- The job functions: called only through tributary._job_call (src/worker/jobs_sql.rs) as the
+-- extension's owner, `caller` being the role that called the public function (GetUserId()).
+
+CREATE FUNCTION tributary._predict_job_create(caller oid, a jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+DECLARE
+    pred   text := a->>'predictor';
+    target name := a->>'target';
+    p      tributary._predictors;
+    tbl_owner oid;
+    kind   "char";
+    cols   text;
+    rel    regclass;
+    job    bigint;
+BEGIN
+    IF pred IS NULL OR target IS NULL THEN
+        RAISE EXCEPTION 'predictor and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO p FROM tributary._predictors x WHERE x.name = pred;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'predictor "%" does not exist', pred USING ERRCODE = 'undefined_object',
+            HINT = 'Predictors are listed in tributary.predictors; tributary_train makes one.';
+    END IF;
+    SELECT c.relowner, c.relkind INTO tbl_owner, kind FROM pg_class c WHERE c.oid = p.tbl;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the table of predictor "%" was dropped', pred USING ERRCODE = 'undefined_table';
+    END IF;
+    IF NOT pg_has_role(caller, tbl_owner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', p.tbl USING ERRCODE = 'insufficient_privilege',
+            HINT = 'A predict job writes the table as its owner: its owner (or a member of the owning role) makes it.';
+    END IF;
+    IF NOT (pg_has_role(caller, p.owner, 'USAGE') OR has_column_privilege(caller, p.tbl, p.label, 'SELECT')) THEN
+        RAISE EXCEPTION 'permission denied for predictor "%"', pred USING ERRCODE = 'insufficient_privilege',
+            HINT = 'Using a predictor needs its ownership or SELECT on its label column.';
+    END IF;
+    IF target = p.label THEN
+        RAISE EXCEPTION 'target must not be the label column "%"', target USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Predictions written to the label column would count as labels; write them to another column.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute t WHERE t.attrelid = p.tbl AND t.attname = target
+                      AND t.attnum > 0 AND NOT t.attisdropped) THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', target, p.tbl USING ERRCODE = 'undefined_column';
+    END IF;
+    IF EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.tbl = p.tbl AND j.target = target) THEN
+        RAISE EXCEPTION 'a predict job already writes column "%" of %', target, p.tbl USING ERRCODE = 'duplicate_object',
+            HINT = 'tributary.predict_jobs lists it; tributary_predict_job_drop drops it.';
+    END IF;
+    INSERT INTO tributary._predict_jobs (predictor, target, tbl, owner)
+    VALUES (pred, target, p.tbl, tbl_owner::regrole) RETURNING id INTO job;
+
+    -- On the table: every column but target (the job's own UPDATEs set target only).
+    SELECT string_agg(quote_ident(t.attname), ', ' ORDER BY t.attnum) INTO cols
+      FROM pg_attribute t
+     WHERE t.attrelid = p.tbl AND t.attnum > 0 AND NOT t.attisdropped AND t.attgenerated = ''
+       AND t.attname <> target;
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %s OR DELETE%s ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                   'tributary_predict_' || job, cols,
+                   CASE WHEN kind IN ('r', 'p') THEN ' OR TRUNCATE' ELSE '' END, p.tbl, job);
+    -- On the tables its history and features read: any change.
+    FOR rel IN SELECT r FROM tributary._predict_related(p.tbl) r LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                       'tributary_predict_' || job, rel, job);
+    END LOOP;
+    -- The first refresh fills the rows there now.
+    INSERT INTO tributary._predict_dirty (job) VALUES (job);
+    PERFORM tributary._wake_launcher();
+    RETURN job;
+END $fn$;
+
+CREATE FUNCTION tributary._predict_job_drop(caller oid, a jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    job bigint := (a->>'job')::bigint;
+    j   tributary._predict_jobs;
+    t   record;
+BEGIN
+    IF job IS NULL THEN
+        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO j FROM tributary._predict_jobs x
+     WHERE x.id = job
+       AND pg_has_role(caller, coalesce((SELECT c.relowner FROM pg_class c WHERE c.oid = x.tbl), x.owner), 'USAGE')
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'predict job % does not exist', job USING ERRCODE = 'undefined_object',
+            HINT = 'Your predict jobs are listed in tributary.predict_jobs.';
+    END IF;
+    FOR t IN SELECT g.tgrelid::regclass AS rel, g.tgname FROM pg_trigger g
+              WHERE g.tgname = 'tributary_predict_' || j.id
+                AND g.tgfoid = 'tributary._predict_trigger()'::regprocedure LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
+    END LOOP;
+    DELETE FROM tributary._predict_jobs WHERE id = j.id;
+    RETURN j.id;
+END $$;
+
+REVOKE ALL ON FUNCTION tributary._predict_job_create(oid, jsonb), tributary._predict_job_drop(oid, jsonb),
+    tributary._predict_related(regclass) FROM PUBLIC;
+
+-- tributary_predict_job_create(predictor, target) -> job id: keeps column target of the
+-- predictor's table filled by the background workers (see above). SECURITY INVOKER, so that
+-- tributary._job_call sees who calls it. Errors: 22004 NULL; 42704 unknown predictor; 42501 the
+-- caller is not (a member of) the table's owner, or may not use the predictor (its ownership or
+-- SELECT on the label column); 22023 target = the label column; 42703 unknown target; 42710 a
+-- predict job writes that column already; 42P01 the table was dropped.
+CREATE FUNCTION tributary_predict_job_create(predictor text, target name) RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT tributary._job_call('predict_create', jsonb_build_object('predictor', predictor, 'target', target))
+$$;
+
+-- tributary_predict_job_drop(job): drops a predict job and its triggers (the table's owner or a
+-- member; 42704 otherwise). The predictions written stay.
+CREATE FUNCTION tributary_predict_job_drop(job bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM tributary._job_call('predict_drop', jsonb_build_object('job', job)); END $$;
+
+COMMENT ON TABLE tributary._predict_jobs IS 'Predict jobs (tributary_predict_job_create): a predictor''s column kept filled by the background workers; read through tributary.predict_jobs.';
+COMMENT ON TABLE tributary._predict_dirty IS 'Internal: one row per statement that may change a predict job''s predictions, taken by the refresh that covers it.';
+COMMENT ON VIEW tributary.predict_jobs IS 'Predict jobs of tables the current role owns (or is a member of the owner of): state, refreshes, rows written, the last error and the statements pending.';
+COMMENT ON FUNCTION tributary._predict_trigger() IS 'Internal: the statement-level trigger of predict jobs (queues a refresh, wakes the workers at commit).';
+COMMENT ON FUNCTION tributary._predict_related(regclass) IS 'Internal: the tables a predictor over a table reads besides it (referenced tables and link tables).';
+COMMENT ON FUNCTION tributary._predict_job_create(oid, jsonb) IS 'Internal: tributary_predict_job_create, as the extension''s owner.';
+COMMENT ON FUNCTION tributary._predict_job_drop(oid, jsonb) IS 'Internal: tributary_predict_job_drop, as the extension''s owner.';
+COMMENT ON FUNCTION tributary_predict_job_create(text, name) IS 'Keeps a column filled with a trained predictor''s predictions, refreshed by the background workers as the table''s owner when rows of the table or of the tables its history reads change; returns the job id.';
+COMMENT ON FUNCTION tributary_predict_job_drop(bigint) IS 'Drops a predict job and its triggers; the predictions written stay.';

@@ -1,0 +1,222 @@
+//! Predict jobs (sql/learn_jobs.sql): a predictor's column kept as `tributary_predict_column`
+//! would fill it now. Statement-level triggers queue a row in `tributary._predict_dirty`; a
+//! worker refreshes a job with queued rows at most once per `tributary.job_poll_interval`.
+//!
+//! One refresh is one transaction: lock the job (`FOR NO KEY UPDATE SKIP LOCKED`: writers that
+//! queue rows meanwhile only take a key-share lock on it, for the queue's foreign key), take
+//! (delete) the queued rows it sees, run `tributary_predict_column(predictor, target)` as the
+//! table's owner (read from pg_class now, through [`as_user`]), record the refresh, commit. Rows
+//! queued by transactions that commit after the delete's snapshot stay, and cause the next
+//! refresh. A crash or an error before the commit leaves the queued rows where they were.
+//!
+//! A failed refresh is recorded (`last_error`, `attempts`; `last_run_at` too, so it is retried
+//! after the poll interval); after `tributary.job_max_attempts` failures in a row the job is
+//! `failed` and its triggers queue nothing more. Passing failures (deadlock, serialization, lock
+//! not available) count nothing and are retried after the poll interval; a cancel
+//! (`pg_cancel_backend`) ends the worker, as for embedding jobs.
+
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::pg::error::{spi_error, OrRaise};
+use crate::pg::gucs;
+use crate::pg::roles::as_user;
+use crate::pg::xact::{describe, error_parts, in_transaction, is_transient, log_error};
+use crate::worker::batch::After;
+use crate::worker::process::{exit_if_postmaster_died, report_activity};
+
+/// A predict job with queued rows, as the planner sees it.
+pub(super) struct Pending {
+    pub id: i64,
+    /// The table's owner (for `tributary.workers()`'s visibility).
+    pub owner: pg_sys::Oid,
+    /// Its last refresh began at least `tributary.job_poll_interval` ago (or it never ran).
+    pub due: bool,
+}
+
+/// Inside the planner's transaction: the active predict jobs of this database with queued rows,
+/// due ones first (the longest waiting first). None when the extension's SQL predates them.
+pub(super) fn pending() -> Vec<Pending> {
+    let exists = Spi::get_one::<bool>(
+        "SELECT pg_catalog.to_regclass('tributary._predict_jobs') IS NOT NULL",
+    )
+    .map_err(spi_error)
+    .or_raise()
+    .unwrap_or(false);
+    if !exists {
+        return Vec::new();
+    }
+    Spi::connect(|c| {
+        c.select(
+            "SELECT j.id, coalesce((SELECT k.relowner FROM pg_catalog.pg_class k WHERE k.oid = j.tbl::pg_catalog.oid), j.owner::pg_catalog.oid), \
+                    j.last_run_at IS NULL OR j.last_run_at <= pg_catalog.now() - $1 * interval '1 millisecond' \
+               FROM tributary._predict_jobs j \
+              WHERE j.state = 'active' \
+                AND EXISTS (SELECT 1 FROM tributary._predict_dirty d WHERE d.job = j.id) \
+              ORDER BY j.last_run_at NULLS FIRST, j.id",
+            None,
+            &[(gucs::job_poll_interval_ms() as f64).into()],
+        )?
+        .map(|r| {
+            Ok(Pending {
+                id: r.get::<i64>(1)?.unwrap_or_default(),
+                owner: r.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
+                due: r.get::<bool>(3)?.unwrap_or(false),
+            })
+        })
+        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .map_err(spi_error)
+    .or_raise()
+}
+
+/// What one refresh came to.
+enum Refresh {
+    /// Refreshed: rows written.
+    Done(i64),
+    /// Nothing to do: another worker holds the job, it is not due or not active any more, or
+    /// its queue is empty.
+    Skipped,
+}
+
+/// Refreshes predict job `id` (see the module's comment).
+pub(super) fn run(id: i64) -> After {
+    exit_if_postmaster_died();
+    report_activity(
+        pg_sys::BackendState::STATE_RUNNING,
+        &format!("tributary predict job {id}: refreshing the predictions"),
+    );
+    match in_transaction(|| refresh(id)) {
+        Ok(Refresh::Done(n)) => {
+            pgrx::debug1!("tributary predict job {id}: refreshed, {n} rows written");
+            After::Plan
+        }
+        // Another worker runs it (its queue looks full from here until it commits): wait
+        // rather than plan it again at once.
+        Ok(Refresh::Skipped) => After::Wait,
+        Err(e) => {
+            let (code, _, _) = error_parts(&e);
+            if code == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
+                log_error(
+                    &format!("tributary predict job {id}: refresh cancelled, nothing written"),
+                    &e,
+                );
+                return After::Exit;
+            }
+            if is_transient(code) {
+                log_error(
+                    &format!("tributary predict job {id}: refresh rolled back, retried later"),
+                    &e,
+                );
+                return After::Wait;
+            }
+            log_error(&format!("tributary predict job {id}: refresh failed"), &e);
+            record_failure(id, &describe(&e));
+            After::Plan
+        }
+    }
+}
+
+/// The body of one refresh's transaction. Returns (what it came to, commit).
+fn refresh(id: i64) -> (Refresh, bool) {
+    // The job, locked against another worker (and a drop), if active and due; its table's owner.
+    let job = Spi::connect_mut(|c| {
+        let mut rows = c.update(
+            "SELECT j.predictor, CAST(j.target AS pg_catalog.text), \
+                    (SELECT k.relowner FROM pg_catalog.pg_class k WHERE k.oid = j.tbl::pg_catalog.oid), \
+                    CAST(j.tbl AS pg_catalog.text) \
+               FROM tributary._predict_jobs j \
+              WHERE j.id = $1 AND j.state = 'active' \
+                AND (j.last_run_at IS NULL OR j.last_run_at <= pg_catalog.now() - $2 * interval '1 millisecond') \
+                FOR NO KEY UPDATE SKIP LOCKED",
+            None,
+            &[id.into(), (gucs::job_poll_interval_ms() as f64).into()],
+        )?;
+        match rows.next() {
+            Some(r) => Ok::<_, pgrx::spi::Error>(Some((
+                r.get::<String>(1)?.unwrap_or_default(),
+                r.get::<String>(2)?.unwrap_or_default(),
+                r.get::<pg_sys::Oid>(3)?,
+                r.get::<String>(4)?.unwrap_or_default(),
+            ))),
+            None => Ok(None),
+        }
+    })
+    .map_err(spi_error)
+    .or_raise();
+    let Some((predictor, target, owner, tbl)) = job else {
+        return (Refresh::Skipped, true);
+    };
+    // The queued rows this refresh covers: those its snapshot sees.
+    let taken = Spi::get_one_with_args::<i64>(
+        "WITH d AS (DELETE FROM tributary._predict_dirty WHERE job = $1 RETURNING 1) SELECT pg_catalog.count(*) FROM d",
+        &[id.into()],
+    )
+    .map_err(spi_error)
+    .or_raise()
+    .unwrap_or(0);
+    if taken == 0 {
+        return (Refresh::Skipped, true);
+    }
+    let Some(owner) = owner else {
+        pgrx::pg_sys::panic::ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("the table of predict job {id} ({tbl}) was dropped"),
+            "tributary",
+        )
+        .set_hint("Drop the job: tributary_predict_job_drop.")
+        .report(PgLogLevel::ERROR);
+        unreachable!()
+    };
+    // tributary_predict_column lives in the extension's schema; named by it, as the owner's
+    // default search_path (as_user) may not include it.
+    let schema = Spi::get_one::<String>(
+        "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
+           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'tributary'",
+    )
+    .map_err(spi_error)
+    .or_raise()
+    .unwrap_or_else(|| "public".into());
+    let sql = format!(
+        "SELECT {schema}.tributary_predict_column(CAST($1 AS pg_catalog.text), CAST($2 AS pg_catalog.name))"
+    );
+    let written = as_user(owner, || {
+        Spi::get_one_with_args::<i64>(&sql, &[predictor.as_str().into(), target.as_str().into()])
+            .map_err(spi_error)
+            .or_raise()
+    })
+    .unwrap_or(0);
+    Spi::run_with_args(
+        "UPDATE tributary._predict_jobs SET rows_done = rows_done + $2, runs = runs + 1, \
+                last_run_at = pg_catalog.now(), attempts = 0, owner = CAST($3 AS pg_catalog.regrole) \
+          WHERE id = $1",
+        &[id.into(), written.into(), owner.into()],
+    )
+    .map_err(spi_error)
+    .or_raise();
+    // The postmaster died meanwhile: exit, rolled back, rather than commit to a server that is down.
+    exit_if_postmaster_died();
+    (Refresh::Done(written), true)
+}
+
+/// A failed refresh: recorded, and the job failed after `tributary.job_max_attempts` in a row.
+fn record_failure(id: i64, error: &str) {
+    let recorded = in_transaction(|| {
+        Spi::run_with_args(
+            "UPDATE tributary._predict_jobs SET attempts = attempts + 1, last_error = $2, \
+                    last_error_at = pg_catalog.now(), last_run_at = pg_catalog.now(), \
+                    state = CASE WHEN attempts + 1 >= $3 THEN 'failed' ELSE state END \
+              WHERE id = $1 AND state = 'active'",
+            &[id.into(), error.into(), gucs::job_max_attempts().into()],
+        )
+        .map_err(spi_error)
+        .or_raise();
+        ((), true)
+    });
+    if let Err(e) = recorded {
+        log_error(
+            &format!("tributary predict job {id}: could not record its failure"),
+            &e,
+        );
+    }
+}

@@ -1,0 +1,205 @@
+"""Predict jobs (issue 35, point 4): tributary_predict_job_create(predictor, target) keeps a
+column filled by the background workers with what tributary_predict_column(predictor, target)
+would write then, refreshed after inserts into the table, changes of its rows (not of the target
+alone), and changes of the rows its history reads (a parent table's, and labels of earlier
+related rows); as the table's owner (a plain role), with the queue emptied and no refresh
+triggered by the job's own writes; errors by SQLSTATE; drop removes the job and its triggers.
+
+Runs on the jobs cluster (TRIBUTARY_JOBS_DSN: tributary in shared_preload_libraries), in a
+database of its own.
+"""
+import os
+import time
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+import pytest
+
+from jobwait import connect, wait_until
+
+DB = "tributary_learn_jobs"
+OWNER, OTHER = "lj_owner", "lj_other"
+
+
+@pytest.fixture(scope="module")
+def env():
+    dsn = os.environ.get("TRIBUTARY_JOBS_DSN")
+    if not dsn:
+        pytest.fail("TRIBUTARY_JOBS_DSN is not set: run these through scripts/test.sh")
+    with connect(dsn) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        for r in (OWNER, OTHER):
+            c.execute(f"DROP ROLE IF EXISTS {r}")
+            c.execute(f"CREATE ROLE {r} LOGIN")
+        c.execute(f"CREATE DATABASE {DB}")
+    db = make_conninfo(dsn, dbname=DB)
+    with connect(db) as c:
+        c.execute("CREATE EXTENSION tributary CASCADE")
+        c.execute(f"GRANT CREATE ON SCHEMA public TO {OWNER}, {OTHER}")
+    yield {"su": db, "owner": make_conninfo(db, user=OWNER), "other": make_conninfo(db, user=OTHER)}
+    with connect(dsn) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        for r in (OWNER, OTHER):
+            c.execute(f"DROP ROLE IF EXISTS {r}")
+
+
+def make_table(c):
+    """Events of people (the parent), dated by day; a person's kinds repeat, so the history
+    through person_id predicts the kind. Days 95.. are unlabelled. who_log records who wrote
+    each change of `guess` (a trigger of the owner's)."""
+    c.execute("""
+        CREATE TABLE ev_person (person_id int PRIMARY KEY, name text);
+        CREATE TABLE ev (id int PRIMARY KEY, person_id int REFERENCES ev_person, day int,
+                         note text, kind text, guess text, copy text);
+        INSERT INTO ev_person SELECT p, 'person ' || p FROM generate_series(1, 40) p;
+        INSERT INTO ev (id, person_id, day, note, kind)
+        SELECT i, 1 + (i % 40), i / 8, 'event number ' || i,
+               CASE WHEN i % 5 = 0 THEN chr(97 + ((i / 40) % 4)) ELSE chr(97 + ((1 + (i % 40)) % 4)) END
+          FROM generate_series(1, 800) i;
+        UPDATE ev SET kind = NULL WHERE day >= 95;
+        CREATE TABLE who_log (usr name, session_usr name, id int, guess text);
+        CREATE FUNCTION log_guess() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO public.who_log VALUES (current_user, session_user, NEW.id, NEW.guess);
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER log_guess BEFORE UPDATE ON ev FOR EACH ROW
+            WHEN (OLD.guess IS DISTINCT FROM NEW.guess) EXECUTE FUNCTION log_guess();
+    """)
+
+
+def job(su, job_id):
+    cur = su.execute("SELECT * FROM tributary.predict_jobs WHERE id = %s", (job_id,))
+    row = cur.fetchone()
+    return dict(zip([d.name for d in cur.description], row)) if row else None
+
+
+def settled(su, job_id, timeout=60):
+    """Waits until the job's queue is empty and no refresh is running (its row not locked)."""
+    def read(j):
+        r = job(su, j)
+        # A refresh holds the job's row (FOR NO KEY UPDATE) until it commits.
+        r["busy"] = su.execute("SELECT count(*) FROM tributary._predict_jobs WHERE id = %s AND id NOT IN "
+                               "(SELECT id FROM tributary._predict_jobs FOR NO KEY UPDATE SKIP LOCKED)",
+                               (j,)).fetchone()[0]
+        return r
+    return wait_until(read, job_id, lambda j: j["state"] != "active" or (j["pending"] == 0 and j["busy"] == 0),
+                      timeout, "an empty queue")
+
+
+def fresh_equals_job(owner):
+    """tributary_predict_column into `copy` now, as the owner: the job's `guess` is the same."""
+    owner.execute("UPDATE ev SET copy = NULL")
+    owner.execute("SELECT tributary_predict_column('p', 'copy')")
+    return owner.execute("SELECT count(*) FILTER (WHERE guess IS DISTINCT FROM copy), count(*), count(guess) "
+                         "FROM ev WHERE kind IS NULL").fetchone()
+
+
+def test_predict_job_keeps_the_column_current(env):
+    with connect(env["su"]) as su, connect(env["owner"]) as owner:
+        make_table(owner)
+        owner.execute("SELECT * FROM tributary_train('p', 'ev', 'kind', as_of => 'day')").fetchall()
+        job_id = owner.execute("SELECT tributary_predict_job_create('p', 'guess')").fetchone()[0]
+        # Triggers on the table and on its parent.
+        assert sorted(r[0] for r in su.execute(
+            "SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = %s", (f"tributary_predict_{job_id}",))) \
+            == ["ev", "ev_person"]
+
+        # The first refresh fills the unlabelled rows there now.
+        j = wait_until(lambda i: job(su, i), job_id, lambda j: j["runs"] >= 1 or j["state"] != "active",
+                       30, "the first refresh")
+        assert j["state"] == "active" and j["last_error"] is None, j
+        assert j["rows_done"] == 41, j
+        settled(su, job_id)
+        diff, n, filled = fresh_equals_job(owner)
+        assert (diff, n, filled) == (0, 41, 41)
+
+        # A new unlabelled row: its guess is filled, equal to predict_column's.
+        settled(su, job_id)
+        before = job(su, job_id)
+        owner.execute("INSERT INTO ev (id, person_id, day, note) VALUES (801, 7, 101, 'event number 801')")
+        j = wait_until(lambda i: job(su, i), job_id,
+                       lambda j: j["runs"] > before["runs"] or j["state"] != "active", 30, "a refresh after the insert")
+        assert j["state"] == "active" and j["last_run_at"] > before["last_run_at"], j
+        assert owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0] is not None
+        settled(su, job_id)
+        diff, n, filled = fresh_equals_job(owner)
+        assert (diff, n, filled) == (0, 42, 42)
+
+        # A label of earlier related rows changes: the later unlabelled row of that person is
+        # refreshed to what predict_column says now (here: another class).
+        settled(su, job_id)
+        old_guess = owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0]
+        new_kind = "a" if old_guess != "a" else "b"
+        before = job(su, job_id)
+        owner.execute("UPDATE ev SET kind = %s WHERE person_id = 7 AND day < 101 AND kind IS NOT NULL", (new_kind,))
+        j = wait_until(lambda i: job(su, i), job_id,
+                       lambda j: j["runs"] > before["runs"] or j["state"] != "active", 30, "a refresh after the label change")
+        assert j["state"] == "active" and j["last_run_at"] > before["last_run_at"], j
+        settled(su, job_id)
+        assert owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0] == new_kind
+        diff, n, filled = fresh_equals_job(owner)
+        assert (diff, n, filled) == (0, 42, 42)
+
+        # A change of the parent table refreshes too.
+        settled(su, job_id)
+        before = job(su, job_id)
+        owner.execute("UPDATE ev_person SET name = 'someone' WHERE person_id = 3")
+        wait_until(lambda i: job(su, i), job_id, lambda j: j["runs"] > before["runs"], 30, "a refresh after the parent's change")
+
+        # The job's own writes (guess only) queue nothing: the queue stays empty, no more refreshes.
+        settled(su, job_id)
+        quiet = job(su, job_id)
+        time.sleep(4)   # four poll intervals
+        after = job(su, job_id)
+        assert (after["runs"], after["pending"]) == (quiet["runs"], 0), (quiet, after)
+        assert su.execute("SELECT count(*) FROM tributary._predict_dirty").fetchone()[0] == 0
+
+        # Every write of guess was the worker's (session: the bootstrap superuser) as the owner.
+        who = su.execute("SELECT DISTINCT usr, session_usr FROM who_log").fetchall()
+        assert who == [(OWNER, "postgres")], who
+
+        # Drop: the job and its triggers go, the predictions stay.
+        owner.execute("SELECT tributary_predict_job_drop(%s)", (job_id,))
+        assert job(su, job_id) is None
+        assert su.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tributary_predict_%'").fetchone()[0] == 0
+        assert owner.execute("SELECT count(guess) FROM ev WHERE kind IS NULL").fetchone()[0] == 42
+
+
+def test_predict_job_errors(env):
+    with connect(env["su"]) as su, connect(env["owner"]) as owner, connect(env["other"]) as other:
+        if su.execute("SELECT to_regclass('public.ev') IS NULL").fetchone()[0]:
+            make_table(owner)
+        if not su.execute("SELECT EXISTS (SELECT 1 FROM tributary.predictors WHERE name = 'p')").fetchone()[0]:
+            owner.execute("SELECT * FROM tributary_train('p', 'ev', 'kind', as_of => 'day')").fetchall()
+
+        def sqlstate(conn, sql, args=()):
+            try:
+                conn.execute(sql, args)
+            except psycopg.Error as e:
+                return e.sqlstate
+            return None
+
+        assert sqlstate(owner, "SELECT tributary_predict_job_create('nope', 'guess')") == "42704"
+        assert sqlstate(owner, "SELECT tributary_predict_job_create('p', 'kind')") == "22023"
+        assert sqlstate(owner, "SELECT tributary_predict_job_create('p', 'no_such')") == "42703"
+        assert sqlstate(owner, "SELECT tributary_predict_job_create(NULL, 'guess')") == "22004"
+        # Not the table's owner (nor a member of it).
+        owner.execute(f"GRANT SELECT ON ev TO {OTHER}")
+        assert sqlstate(other, "SELECT tributary_predict_job_create('p', 'guess')") == "42501"
+        # The table's owner that may not use the predictor (another role's, label not readable).
+        owner.execute(f"REVOKE SELECT ON ev FROM {OTHER}")
+        su.execute("CREATE TABLE ev_su AS SELECT * FROM ev")
+        su.execute(f"ALTER TABLE ev_su OWNER TO {OWNER}")
+        owner.execute(f"REVOKE SELECT ON ev_su FROM {OWNER}")
+        su.execute("SELECT * FROM tributary_train('p_su', 'ev_su', 'kind', as_of => 'day')").fetchall()
+        assert sqlstate(owner, "SELECT tributary_predict_job_create('p_su', 'guess')") == "42501"
+
+        j = owner.execute("SELECT tributary_predict_job_create('p', 'guess')").fetchone()[0]
+        assert sqlstate(owner, "SELECT tributary_predict_job_create('p', 'guess')") == "42710"
+        # Only the table's owner (or a member) sees and drops it.
+        assert other.execute("SELECT count(*) FROM tributary.predict_jobs").fetchone()[0] == 0
+        assert sqlstate(other, "SELECT tributary_predict_job_drop(%s)", (j,)) == "42704"
+        assert sqlstate(other, "SELECT count(*) FROM tributary._predict_jobs") == "42501"
+        owner.execute("SELECT tributary_predict_job_drop(%s)", (j,))
+        assert sqlstate(owner, "SELECT tributary_predict_job_drop(%s)", (j,)) == "42704"
