@@ -203,3 +203,79 @@ def test_predict_job_errors(env):
         assert sqlstate(other, "SELECT count(*) FROM tributary._predict_jobs") == "42501"
         owner.execute("SELECT tributary_predict_job_drop(%s)", (j,))
         assert sqlstate(owner, "SELECT tributary_predict_job_drop(%s)", (j,)) == "42704"
+
+
+def test_refresh_interrupted_or_failing(env):
+    """A refresh ended mid-way (the worker terminated) leaves its queue: the next worker runs it
+    again. A failing refresh is recorded, retried, and fails the job after job_max_attempts."""
+    with connect(env["su"]) as su, connect(env["owner"]) as owner:
+        owner.execute("DROP TABLE IF EXISTS ev, ev_person, ev_su, who_log CASCADE")
+        owner.execute("DROP FUNCTION IF EXISTS log_guess()")
+        for p in ("p", "p_su"):
+            su.execute("SELECT tributary_drop_predictor(%s)", (p,))
+        make_table(owner)
+        # What the refresh's write meets: nothing, a 30 s sleep, or an error.
+        owner.execute("""
+            CREATE TABLE mode (m text);
+            INSERT INTO mode VALUES ('none');
+            CREATE FUNCTION slow_or_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF (SELECT m FROM public.mode) = 'slow' THEN PERFORM pg_sleep(30); END IF;
+                IF (SELECT m FROM public.mode) = 'fail' THEN RAISE EXCEPTION 'refresh refused'; END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER slow_or_fail AFTER UPDATE OF guess ON ev FOR EACH STATEMENT EXECUTE FUNCTION slow_or_fail();
+        """)
+        owner.execute("SELECT * FROM tributary_train('p', 'ev', 'kind', as_of => 'day')").fetchall()
+        job_id = owner.execute("SELECT tributary_predict_job_create('p', 'guess')").fetchone()[0]
+        wait_until(lambda i: job(su, i), job_id, lambda j: j["runs"] >= 1, 30, "the first refresh")
+        settled(su, job_id)
+
+        # Terminated mid-refresh: nothing committed, the queue stays, a new worker runs it.
+        owner.execute("UPDATE mode SET m = 'slow'")
+        before = job(su, job_id)
+        owner.execute("INSERT INTO ev (id, person_id, day, note) VALUES (801, 7, 101, 'event number 801')")
+        deadline = time.monotonic() + 30
+        while True:
+            pid = su.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker' "
+                             "AND wait_event = 'PgSleep' AND datname = current_database()").fetchone()
+            if pid:
+                break
+            assert time.monotonic() < deadline, "no refresh started"
+            time.sleep(0.2)
+        owner.execute("UPDATE mode SET m = 'none'")
+        su.execute("SELECT pg_terminate_backend(%s)", (pid[0],))
+        j = job(su, job_id)
+        assert j["runs"] == before["runs"] and j["pending"] >= 1, j
+        j = wait_until(lambda i: job(su, i), job_id, lambda j: j["runs"] > before["runs"], 30,
+                       "the refresh again, by another worker")
+        settled(su, job_id)
+        assert owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0] is not None
+        diff, n, filled = fresh_equals_job(owner)
+        assert (diff, n, filled) == (0, 42, 42)
+
+        # Failing: recorded, retried, failed after tributary.job_max_attempts (2 here).
+        settled(su, job_id)
+        su.execute("ALTER SYSTEM SET tributary.job_max_attempts = 2")
+        su.execute("SELECT pg_reload_conf()")
+        try:
+            time.sleep(0.5)
+            owner.execute("UPDATE mode SET m = 'fail'")
+            before = job(su, job_id)
+            owner.execute("INSERT INTO ev (id, person_id, day, note) VALUES (802, 8, 101, 'event number 802')")
+            j = wait_until(lambda i: job(su, i), job_id, lambda j: j["state"] == "failed", 30, "the job failed")
+            assert j["attempts"] == 2 and j["runs"] == before["runs"], j
+            assert "refresh refused" in j["last_error"] and "P0001" in j["last_error"], j
+            assert j["pending"] >= 1, j            # what it could not refresh stays queued
+            # A failed job queues nothing more, and the worker leaves it alone.
+            pending = j["pending"]
+            owner.execute("UPDATE mode SET m = 'none'")
+            owner.execute("UPDATE ev SET note = 'changed' WHERE id = 802")
+            time.sleep(3)
+            j = job(su, job_id)
+            assert (j["state"], j["pending"], j["runs"]) == ("failed", pending, before["runs"]), j
+        finally:
+            su.execute("ALTER SYSTEM RESET tributary.job_max_attempts")
+            su.execute("SELECT pg_reload_conf()")
+        owner.execute("SELECT tributary_predict_job_drop(%s)", (job_id,))
+        assert su.execute("SELECT count(*) FROM tributary._predict_dirty").fetchone()[0] == 0
