@@ -57,10 +57,10 @@ def history_table(c, name="ev"):
     A person's kinds repeat, so the history through person_id predicts the kind."""
     c.execute(f"""
         DROP TABLE IF EXISTS {name}, {name}_person CASCADE;
-        CREATE TABLE {name}_person (person_id int PRIMARY KEY, name text);
+        CREATE TABLE {name}_person (person_id int PRIMARY KEY, name text, age int);
         CREATE TABLE {name} (id int PRIMARY KEY, person_id int REFERENCES {name}_person, day int,
                              note text, kind text, guess text);
-        INSERT INTO {name}_person SELECT p, 'person ' || p FROM generate_series(1, 40) p;
+        INSERT INTO {name}_person SELECT p, 'person ' || p, 20 + p FROM generate_series(1, 40) p;
         -- Person p's events are mostly kind (p % 4): 'a'..'d'; one in five is another kind.
         INSERT INTO {name} (id, person_id, day, note, kind)
         SELECT i, 1 + (i % 40), i / 8,

@@ -294,6 +294,21 @@ def chunk_job_case(c, clean, env):
     return clean.execute("SELECT count(*), count(*) FILTER (WHERE embedding IS NULL) FROM ann.doc_chunks").fetchall()
 
 
+def predict_job_case(c, clean, env):
+    """A predict job made under the hostile path; a row written under it (the trigger); the worker
+    refreshes as the table's owner; dropped under it."""
+    job_id = c.execute("SELECT public.tributary_predict_job_create(predictor => 'sp_pred', target => 'guess')").fetchone()[0]
+    c.execute("UPDATE ann.films SET title = title WHERE id OPERATOR(pg_catalog.=) 1")
+    deadline = time.monotonic() + 90
+    while clean.execute("SELECT runs < 2 OR pending > 0 OR state <> 'active' FROM tributary.predict_jobs WHERE id = %s",
+                        (job_id,)).fetchone()[0]:
+        j = clean.execute("SELECT state, last_error FROM tributary.predict_jobs WHERE id = %s", (job_id,)).fetchone()
+        assert time.monotonic() < deadline and j[0] == "active", f"predict job {job_id}: {j}"
+        time.sleep(0.3)
+    c.execute(f"SELECT public.tributary_predict_job_drop(job => {job_id})")
+    return clean.execute("SELECT id, guess FROM ann.films ORDER BY id").fetchall()
+
+
 # One case (or more) per public function of the extension, by regprocedure as it prints under
 # search_path = public. Calls name every argument (named notation): a hostile overload has no
 # parameter names, so it can never take the test's own call, only tributary's calls inside.
@@ -370,6 +385,14 @@ CASES = {
         {"setup": ["SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
                    "algorithm => 'logistic')"],
          "call": "SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"}],
+    "tributary_predict_job_create(text,name)": [
+        {"setup": ["UPDATE ann.films SET guess = NULL",
+                   "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "embedding => 'e', algorithm => 'logistic', k => 3)"],
+         "call": predict_job_case,
+         "teardown": ["SELECT public.tributary_predict_job_drop(job => j.id) FROM tributary.predict_jobs j",
+                      "SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
+    "tributary_predict_job_drop(bigint)": [],   # in the predict job case
     "tributary_match(regclass,regclass,text[],text[],integer,double precision,boolean,regclass,text)": [
         {"call": "SELECT * FROM public.tributary_match(left_table => 'ann.people', right_table => 'ann.people2', "
                  "columns => '{name,city}', right_columns => '{full_name,town}')"},
