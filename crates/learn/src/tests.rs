@@ -293,3 +293,22 @@ fn number_labels() {
         assert!(p[0].value.is_some() && p[0].label.is_some());
     }
 }
+
+/// Timing of the exact as-of k-NN: `KNN_ROWS=100000 cargo test -p tributary-learn --release
+/// knn_timing -- --ignored --nocapture` (384 dims, 2 threads, k = 50).
+#[test]
+#[ignore]
+fn knn_timing() {
+    let n: usize = std::env::var("KNN_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let dim = 384;
+    let mut s = 99u64;
+    let data: Vec<f32> = (0..n * dim).map(|_| rng(&mut s) as f32 - 0.5).collect();
+    let emb = Embeddings { dim, data, present: vec![true; n] };
+    let t: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let sh = par::Shared { stop: Default::default(), done: Default::default() };
+    let qs: Vec<u32> = (0..n as u32).collect();
+    let t0 = std::time::Instant::now();
+    let r = knn::search(&emb, Some(&t), &vec![true; n], &qs, 50, 2, &sh).unwrap();
+    eprintln!("knn {n} x {dim}, k=50, 2 threads: {:.1} s", t0.elapsed().as_secs_f64());
+    assert_eq!(r[n - 1].len(), 50);
+}
