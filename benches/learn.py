@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""Models that learn (tributary_train) against what a data scientist would build with the same
+information, FORWARD IN TIME, one dataset per run, baselines in the same run. Prints a markdown
+table (method, accuracy, macro-F1, MAE, rows, seconds) and writes benches/results/learn_DATASET.json.
+Reports numbers; asserts nothing.
+
+Datasets (each loaded into PostgreSQL with its primary and foreign keys; label, as_of, split):
+    films    scripts/films.py: film, person, film_person (a link table). Label film.genre (the
+             first genre of the film's list, 21 classes), as_of film.year; every film with a genre
+             and a year (17,029): train year < 2010, test year >= 2010 (23%).
+    lahman   scripts/lahman.py: franchise, team (a team-season), person, player_season. Label
+             player_season.position (the player's primary position that season, 10 classes; the
+             per-position game counts are not loaded), as_of year; seasons 1960-2024 (74,303
+             rows): train year < 2015, test year >= 2015 (21%).
+    chinook  scripts/chinook.py (schema chinook), then for this task: invoice_line gets genre (its
+             track's genre name, the label) and invoice_date (its invoice's date, the as_of);
+             track.genre_id and the genre table are DROPPED so the label is only in invoice_line.
+             2,240 lines of 412 invoices, 2007-01-01 .. 2011-12-22: train invoice_date <
+             2011-01-01, test >= 2011-01-01 (the latest ~20%). "Which genre is this purchase?"
+             from the track, its album, artist, media type and playlists, and the customer's and
+             the album's earlier purchases.
+
+Methods:
+    tributary    tributary_embed_column(tbl, '{*}', 'e_row', exclude => '{label}', ...) where the
+                 dataset has text (films: children => 5, the people through film_person;
+                 chinook: parents => 3, track/album/artist/media type/invoice/customer; lahman:
+                 no text, embedding NULL), then
+                 tributary_train('p', tbl, label, e_row, as_of => ..., split_at => ...): its
+                 rows (predictor, knn, baseline on the test rows) as it returns them; then the
+                 held-out check the maintainers run: a copy of the database (CREATE DATABASE ...
+                 TEMPLATE, so every foreign key and link table is there), the test-period labels
+                 set to NULL, tributary_train('p2', tbl, label, e_row, as_of => ...) without
+                 split_at, tributary_predict_column('p2', 'predicted'), scored against the true
+                 labels. Where tributary_train is not in pg_proc: "tributary_train not installed".
+    majority     the most frequent training label for every test row.
+    TF-IDF + LR  TfidfVectorizer(ngram_range=(1, 2), min_df=2) + LogisticRegression(max_iter=1000),
+                 once with C = 1 and once with C in {1, 5, 20} chosen on the time-ordered validation
+                 below (the one the stack uses), on the text a data scientist would use: the row's own text columns and the names
+                 of the rows it links to (films: title, the other columns, the people's names;
+                 lahman: player name, bats/throws, birth country, team code and name, franchise,
+                 league, division, park; chinook: track name, composer, album title, artist, media
+                 type, playlist names, billing city/country).
+    GBDT stack   HistGradientBoostingClassifier over (1) the TF-IDF + LR model's class
+                 probabilities, out of fold (StratifiedKFold(5, shuffle, seed 0) over the training
+                 rows) for training rows and from the fit on all training rows for test rows;
+                 (2) as-of history built by hand in pandas, for every foreign-key path: the counts
+                 of each label among the related rows strictly earlier than the row (as_of <
+                 the row's), their total and the label shares (films: the film's directors',
+                 writers' and cast's earlier films, one path per role; lahman: the player's earlier
+                 seasons, the franchise's earlier player-seasons; chinook: earlier purchases of the
+                 same track, album, artist, media type, playlist and by the same customer);
+                 (3) the numeric columns (and a few low-cardinality categories). learning_rate
+                 0.05; the number of boosting iterations (by 20, up to 400) is chosen by log loss on
+                 a time-ordered validation (the latest 20% of the training rows by as_of, model
+                 fitted on the earlier 80%; never random across time), then refitted on all
+                 training rows; early_stopping off. Two ablations (without the text probabilities,
+                 without the history) with the same iterations.
+
+Nothing leaks: the labels of the test rows (as_of >= split_at) are masked before any history
+feature is computed, so they enter no feature; every history count uses only related rows with a
+strictly earlier as_of (the row itself and same-period rows never count); the label column and
+anything that defines it are in no text and no numeric feature; the TF-IDF model behind the test
+rows' probabilities is fitted on training rows only. Macro-F1: scikit-learn's (unweighted mean over
+the classes in the test labels or the predictions).
+
+Usage: learn.py DATASET [--dsn DSN] [--json PATH] [--no-tributary] [--skip-load] [--k 10]
+Connection: --dsn (a database the script may fill; the held-out check creates DB_heldout next
+to it).
+"""
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+# --------------------------------------------------------------------------------------- datasets
+
+@dataclass
+class Data:
+    """One task: rows (key, as_of, label, text, numeric and categorical columns), history paths."""
+    name: str
+    table: str                  # the label table as tributary sees it (schema-qualified if needed)
+    key: str
+    label: str
+    as_of: str
+    split_at: str               # as text, as tributary_train gets it
+    rows: pd.DataFrame          # columns: key, "as_of", "label", "text", numeric..., categorical...
+    numeric: list[str]
+    categorical: list[str]
+    # path name -> (links of the row to groups, links of the related rows to groups or None = same)
+    paths: dict[str, tuple[pd.DataFrame, pd.DataFrame | None]] = field(default_factory=dict)
+    embed: str | None = None    # tributary_embed_column arguments after the target, or None
+    describe: str = ""
+
+
+def films_data() -> Data:
+    import films as loader
+    films, people, links = loader.read()
+    name_of = {pid: n for n, pid in people.items()}
+    names: dict[int, list[str]] = {}
+    for fid, pid, _role in links:
+        names.setdefault(fid, []).append(name_of[pid])
+    df = pd.DataFrame(films)
+    df = df[df.genre.notna() & df.year.notna()].copy()
+    other = ["released", "rated", "runtime_min", "language", "country", "production", "awards", "metacritic"]
+    df["text"] = [" ; ".join([f["title"]] + [f"{c}: {f[c]}" for c in other if f[c] is not None]  # as films.py
+                             + names.get(f["film_id"], [])) for f in films if f["genre"] and f["year"]]
+    df["month"] = pd.to_datetime(df.released, errors="coerce").dt.month
+    df["n_people"] = df.film_id.map(lambda i: len(names.get(i, [])))
+    df["first_language"] = df.language.fillna("").str.split(",").str[0]
+    df["first_country"] = df.country.fillna("").str.split(",").str[0]
+    rows = df.rename(columns={"year": "as_of", "genre": "label"})
+    rows["year"] = rows.as_of
+    lk = pd.DataFrame(links, columns=["film_id", "group", "role"])
+    lk = lk[lk.film_id.isin(rows.film_id)]
+    every = lk[["film_id", "group"]].drop_duplicates()
+    paths = {f"film_person({r}) -> person -> film_person -> film": (lk[lk.role == r][["film_id", "group"]], every)
+             for r in ("director", "writer", "cast")}
+    return Data("films", "film", "film_id", "genre", "year", "2010", rows,
+                ["year", "runtime_min", "metacritic", "month", "n_people"],
+                ["rated", "first_language", "first_country"], paths,
+                embed="'{*}', 'e_row', exclude => '{genre}', children => 5",
+                describe="film, person, film_person (link table); label film.genre; as_of film.year")
+
+
+def lahman_data() -> Data:
+    import lahman as loader
+    t = loader.read()
+    ps = t["player_season"].merge(t["person"], on="player_id", how="left") \
+        .merge(t["team"].drop(columns=["year"]).rename(columns={"name": "team_name"}), on="team_id", how="left") \
+        .merge(t["franchise"].rename(columns={"name": "franchise_name"}), on="franch_id", how="left")
+    txt = ["name_first", "name_last", "bats", "throws", "birth_country", "team_code", "team_name",
+           "franchise_name", "league", "division", "park"]
+    ps["text"] = ps[txt].astype("string").fillna("").agg(" ; ".join, axis=1)
+    ps["age"] = ps.year - ps.birth_year.astype(float)
+    rows = ps.rename(columns={"year": "as_of", "position": "label"})
+    rows["year"] = rows.as_of
+    key = "player_season_id"
+    paths = {
+        "player_season -> person (the player's earlier seasons)":
+            (rows[[key, "player_id"]].rename(columns={"player_id": "group"}), None),
+        "player_season -> team -> franchise (the franchise's earlier player-seasons)":
+            (rows[[key, "franch_id"]].rename(columns={"franch_id": "group"}), None),
+    }
+    numeric = ["year", "age", "height", "weight", "g_all", "gs", "ab", "r", "h", "doubles", "triples", "hr",
+               "rbi", "sb", "cs", "bb", "so", "w", "l"]
+    for c in numeric:
+        rows[c] = rows[c].astype(float)
+    return Data("lahman", "player_season", key, "position", "year", "2015", rows, numeric,
+                ["bats", "throws", "league", "birth_country"], paths, embed=None,
+                describe="franchise, team, person, player_season; label player_season.position; as_of year")
+
+
+CHINOOK_PREP = """
+ALTER TABLE chinook.invoice_line ADD COLUMN genre text, ADD COLUMN invoice_date timestamp;
+UPDATE chinook.invoice_line l SET genre = g.name, invoice_date = i.invoice_date
+  FROM chinook.track t, chinook.genre g, chinook.invoice i
+ WHERE t.track_id = l.track_id AND g.genre_id = t.genre_id AND i.invoice_id = l.invoice_id;
+ALTER TABLE chinook.invoice_line ALTER COLUMN invoice_date SET NOT NULL;
+ALTER TABLE chinook.track DROP COLUMN genre_id;
+DROP TABLE chinook.genre;
+CREATE INDEX ON chinook.invoice_line (invoice_date);
+ANALYZE chinook.invoice_line, chinook.track;
+"""
+
+
+def chinook_data() -> Data:
+    import chinook as c
+    m = c.read_fixture(c.fetch_sdist(c.cache_dir(c.CACHE, False)))
+    t = {model.split(".")[1]: pd.DataFrame(recs) for model, recs in m.items()}
+    genre = t["genre"].set_index("pk")["name"]
+    track = t["track"].rename(columns={"pk": "track", "name": "track_name"})
+    album = t["album"].rename(columns={"pk": "album", "title": "album_title"})
+    artist = t["artist"].rename(columns={"pk": "artist", "name": "artist_name"})
+    media = t["mediatype"].rename(columns={"pk": "mediatype", "name": "media_name"})
+    inv = t["invoice"].rename(columns={"pk": "invoice", "total": "invoice_total"})
+    pl = t["playlisttrack"].merge(t["playlist"].rename(columns={"pk": "playlist", "name": "playlist_name"}),
+                                  on="playlist")
+    pl_names = pl.groupby("track")["playlist_name"].agg(lambda s: " ; ".join(sorted(s)))
+    df = t["invoiceline"].rename(columns={"pk": "invoice_line_id"}) \
+        .merge(track.drop(columns=["unit_price"]), on="track").merge(album, on="album", how="left") \
+        .merge(artist, on="artist", how="left").merge(media, on="mediatype", how="left").merge(inv, on="invoice")
+    df["label"] = df.genre.map(genre)
+    df["as_of"] = pd.to_datetime(df.invoicedate.str.rstrip("Z"))
+    df["playlists"] = df.track.map(pl_names).fillna("")
+    txt = ["track_name", "composer", "album_title", "artist_name", "media_name", "playlists", "billingcity",
+           "billingcountry"]
+    df["text"] = df[txt].astype("string").fillna("").agg(" ; ".join, axis=1)
+    df["n_playlists"] = df.track.map(pl.groupby("track").size()).fillna(0)
+    for col in ("unit_price", "quantity", "milliseconds", "bytes", "invoice_total", "n_playlists"):
+        df[col] = df[col].astype(float)
+    key = "invoice_line_id"
+    line_pl = df[[key, "track"]].merge(pl[["track", "playlist"]], on="track")[[key, "playlist"]]
+    paths = {}
+    for name, col in [("invoice_line -> track (earlier sales of the track)", "track"),
+                      ("invoice_line -> track -> album", "album"),
+                      ("invoice_line -> track -> album -> artist", "artist"),
+                      ("invoice_line -> track -> media_type", "mediatype"),
+                      ("invoice_line -> invoice -> customer (the customer's earlier purchases)", "customer")]:
+        paths[name] = (df[[key, col]].rename(columns={col: "group"}), None)
+    paths["invoice_line -> track -> playlist_track -> playlist"] = (line_pl.rename(columns={"playlist": "group"}), None)
+    return Data("chinook", "chinook.invoice_line", key, "genre", "invoice_date", "2011-01-01", df,
+                ["unit_price", "quantity", "milliseconds", "bytes", "invoice_total", "n_playlists"],
+                ["media_name", "billingcountry"], paths,
+                embed="'{*}', 'e_row', exclude => '{genre}', parents => 3",
+                describe="chinook schema, track.genre_id and genre dropped; label invoice_line.genre; "
+                         "as_of invoice_line.invoice_date")
+
+
+DATASETS = {"films": films_data, "lahman": lahman_data, "chinook": chinook_data}
+
+
+def load(name: str, dsn: str) -> None:
+    if name == "films":
+        import films
+        print(f"loaded {films.load(dsn)}", file=sys.stderr)
+    elif name == "lahman":
+        import lahman
+        print(f"loaded {lahman.load(dsn)}", file=sys.stderr)
+    else:
+        import subprocess
+        import psycopg
+        subprocess.run([sys.executable, str(ROOT / "scripts/chinook.py"), "--dsn", dsn, "--schema", "chinook"],
+                       check=True, stdout=sys.stderr)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for stmt in CHINOOK_PREP.split(";\n"):
+                if stmt.strip():
+                    conn.execute(stmt)
+
+
+# ------------------------------------------------------------------------------------- baselines
+
+def test_mask(d: Data) -> np.ndarray:
+    """The test rows: as_of >= split_at (compared as the as_of column's type)."""
+    col = d.rows["as_of"]
+    split = pd.Timestamp(d.split_at) if col.dtype.kind == "M" else float(d.split_at)
+    return (col >= split).to_numpy()
+
+
+def metrics(y_true, y_pred) -> tuple[float, float]:
+    from sklearn.metrics import accuracy_score, f1_score
+    return float(accuracy_score(y_true, y_pred)), float(f1_score(y_true, y_pred, average="macro", zero_division=0))
+
+
+def history(d: Data, classes: list[str], is_test: np.ndarray) -> pd.DataFrame:
+    """Per path: counts of each class among the related rows strictly earlier than the row (test
+    labels masked), their total and the shares. Related = linked to a same group (a person, a
+    player, an album ...); a row linked to several groups sums over them."""
+    key = d.key
+    base = d.rows[[key, "as_of"]].copy()
+    base["lab"] = d.rows["label"].where(~is_test)           # test labels never enter a feature
+    index = d.rows[key].values
+    cols: dict[str, pd.Series] = {}
+    for p, (side, other) in enumerate(d.paths.values()):
+        other = side if other is None else other
+        o = other.merge(base, on=key)
+        oh = pd.get_dummies(o["lab"]).reindex(columns=classes, fill_value=0).astype(np.float32)
+        g = pd.concat([o[["group", "as_of"]], oh], axis=1).groupby(["group", "as_of"]).sum().sort_index()
+        earlier = g.groupby(level=0).cumsum() - g                # strictly earlier as_of values only
+        s = side.merge(base[[key, "as_of"]], on=key).merge(earlier.reset_index(), on=["group", "as_of"], how="left")
+        counts = s.groupby(key)[classes].sum().reindex(index).fillna(0)
+        total = counts.sum(axis=1)
+        cols[f"hist{p}_n"] = total
+        cols[f"hist{p}_groups"] = side.groupby(key).size().reindex(index).fillna(0)
+        for c in classes:
+            cols[f"hist{p}_n_{c}"] = counts[c]
+            cols[f"hist{p}_share_{c}"] = (counts[c] / total.replace(0, np.nan)).astype(float)
+    out = pd.DataFrame(cols)
+    out.index = index
+    return out
+
+
+def python_rows(d: Data) -> list[dict]:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+    from sklearn.model_selection import StratifiedKFold
+
+    is_test = test_mask(d)
+    tr, te = d.rows[~is_test], d.rows[is_test]
+    y_tr, y_te = tr["label"].to_numpy(), te["label"].to_numpy()
+    classes = sorted(set(y_tr))
+    out = []
+    common = {"test_rows": int(len(te)), "train_rows": int(len(tr))}
+
+    t0 = time.perf_counter()
+    maj = pd.Series(y_tr).mode()[0]
+    acc, f1 = metrics(y_te, [maj] * len(y_te))
+    out.append({"method": f"majority class ({maj})", "accuracy": acc, "macro_f1": f1, **common,
+                "seconds": time.perf_counter() - t0})
+    print(f"  majority: {acc:.3f} / {f1:.3f}", file=sys.stderr, flush=True)
+
+    # Time-ordered validation (never random across time): fit on the earliest 80% of the training
+    # rows by as_of, score on the latest 20%; used for LR's C and the GBDT's iterations.
+    srt = tr["as_of"].sort_values()
+    cut = srt.iloc[int(0.8 * len(srt))]
+    early = (tr["as_of"] < cut).to_numpy()
+
+    def text_model(c=1.0):
+        return TfidfVectorizer(ngram_range=(1, 2), min_df=2), LogisticRegression(C=c, max_iter=1000)
+
+    t0 = time.perf_counter()
+    vec, lr = text_model()
+    lr.fit(vec.fit_transform(tr["text"]), y_tr)
+    p_te = lr.predict_proba(vec.transform(te["text"]))
+    acc, f1 = metrics(y_te, lr.classes_[p_te.argmax(axis=1)])
+    out.append({"method": "TF-IDF words 1-2 + logistic regression (C = 1, own text + linked names)", "accuracy": acc,
+                "macro_f1": f1, **common, "seconds": time.perf_counter() - t0})
+    print(f"  TF-IDF + LR (C = 1): {acc:.3f} / {f1:.3f} ({out[-1]['seconds']:.1f} s)", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    c_scores = {}
+    for c in (1.0, 5.0, 20.0):
+        v, m = text_model(c)
+        m.fit(v.fit_transform(tr["text"][early]), y_tr[early])
+        c_scores[c] = metrics(y_tr[~early], m.predict(v.transform(tr["text"][~early])))[0]
+    best_c = max(c_scores, key=c_scores.get)
+    print(f"  LR's C on the time-ordered validation (accuracy): {c_scores} -> {best_c}", file=sys.stderr, flush=True)
+    t_c = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    vec, lr = text_model(best_c)
+    lr.fit(vec.fit_transform(tr["text"]), y_tr)
+    p_te = lr.predict_proba(vec.transform(te["text"]))
+    acc, f1 = metrics(y_te, lr.classes_[p_te.argmax(axis=1)])
+    out.append({"method": f"TF-IDF words 1-2 + logistic regression (C = {best_c:g} chosen on the time-ordered "
+                          "validation)", "accuracy": acc, "macro_f1": f1, **common,
+                "seconds": time.perf_counter() - t0 + t_c, "c_validation_accuracy": c_scores})
+    print(f"  TF-IDF + LR (C = {best_c:g}): {acc:.3f} / {f1:.3f} ({out[-1]['seconds']:.1f} s)", file=sys.stderr, flush=True)
+
+    # The stack: out-of-fold text probabilities + as-of history + numbers -> GBDT.
+    t1 = time.perf_counter()
+    oof = np.zeros((len(tr), len(lr.classes_)))
+    for a, b in StratifiedKFold(5, shuffle=True, random_state=0).split(tr, y_tr):
+        v, m = text_model(best_c)
+        m.fit(v.fit_transform(tr["text"].iloc[a]), y_tr[a])
+        pr = m.predict_proba(v.transform(tr["text"].iloc[b]))
+        oof[np.ix_(b, np.searchsorted(lr.classes_, m.classes_))] = pr
+    t_oof = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    hist = history(d, classes, is_test)
+    t_hist = time.perf_counter() - t2
+    print(f"  out-of-fold text probabilities {t_oof:.1f} s, history ({len(d.paths)} paths, "
+          f"{hist.shape[1]} features) {t_hist:.1f} s", file=sys.stderr, flush=True)
+
+    def frame(part, probs):
+        x = pd.DataFrame(probs, columns=[f"text_p_{c}" for c in lr.classes_], index=part.index)
+        x = pd.concat([x, hist.loc[part[d.key].values].set_index(part.index)], axis=1)
+        for c in d.numeric:
+            x[c] = part[c].astype(float)
+        for c in d.categorical:
+            top = tr[c].astype("string").value_counts().index[:50]
+            v = part[c].astype("string")
+            x[c] = pd.Categorical(v.where(v.isin(top), "other").fillna("missing"), categories=list(top) + ["other", "missing"])
+        return x
+    x_tr, x_te = frame(tr, oof), frame(te, p_te)
+
+    def gbdt(n):
+        return HistGradientBoostingClassifier(max_iter=n, learning_rate=0.05, max_leaf_nodes=31,
+                                              l2_regularization=1.0, early_stopping=False,
+                                              categorical_features="from_dtype", random_state=0)
+    # The number of iterations on the time-ordered validation (the earliest 80% by as_of fit).
+    m = gbdt(20)
+    m.set_params(warm_start=True)
+    best, best_n, curve = np.inf, 20, []
+    for n in range(20, 401, 20):
+        m.set_params(max_iter=n)
+        m.fit(x_tr[early], y_tr[early])
+        late_y = y_tr[~early]
+        pr = m.predict_proba(x_tr[~early])
+        known = np.isin(late_y, m.classes_)
+        ll = log_loss(late_y[known], pr[known], labels=m.classes_)
+        curve.append((n, round(float(ll), 4)))
+        if ll < best:
+            best, best_n = ll, n
+        elif n >= best_n + 80:
+            break
+    m = gbdt(best_n)
+    m.fit(x_tr, y_tr)
+    pred = m.predict(x_te)
+    acc, f1 = metrics(y_te, pred)
+    out.append({"method": "GBDT: TF-IDF+LR out-of-fold probabilities + as-of history per FK path + columns",
+                "accuracy": acc, "macro_f1": f1, **common, "seconds": time.perf_counter() - t1,
+                "iterations": best_n, "validation_cut": str(cut), "validation_logloss": curve,
+                "features": int(x_tr.shape[1]), "history_paths": list(d.paths)})
+    print(f"  GBDT stack: {acc:.3f} / {f1:.3f} ({best_n} iterations, {out[-1]['seconds']:.1f} s)",
+          file=sys.stderr, flush=True)
+
+    # The same without the text model and without the history: what each part brings.
+    for name, cols in [("GBDT without the text probabilities (history + columns)",
+                        [c for c in x_tr.columns if not c.startswith("text_p_")]),
+                       ("GBDT without the history (text probabilities + columns)",
+                        [c for c in x_tr.columns if not c.startswith("hist")])]:
+        t3 = time.perf_counter()
+        g = gbdt(best_n)
+        g.fit(x_tr[cols], y_tr)
+        acc, f1 = metrics(y_te, g.predict(x_te[cols]))
+        out.append({"method": name, "accuracy": acc, "macro_f1": f1, **common,
+                    "seconds": time.perf_counter() - t3, "iterations": best_n, "note": "ablation, same iterations"})
+        print(f"  {name}: {acc:.3f} / {f1:.3f}", file=sys.stderr, flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------- tributary
+
+def tributary_rows(d: Data, dsn: str, k: int) -> list[dict]:
+    import psycopg
+    out = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS tributary")
+        if conn.execute("SELECT count(*) FROM pg_settings WHERE name = 'tributary.progress_interval'").fetchone()[0]:
+            conn.execute("SET tributary.progress_interval = 0")
+        have = {r[0] for r in conn.execute(
+            "SELECT proname FROM pg_proc WHERE proname IN ('tributary_train', 'tributary_predict_column', "
+            "'tributary_embed_column')").fetchall()}
+        version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'tributary'").fetchone()[0]
+        print(f"tributary {version}: {sorted(have)}", file=sys.stderr)
+        emb, embed_s = None, 0.0
+        if d.embed and "tributary_embed_column" in have:
+            conn.execute(f"ALTER TABLE {d.table} ADD COLUMN IF NOT EXISTS e_row vector(384)")
+            t0 = time.perf_counter()
+            try:
+                n = conn.execute(f"SELECT tributary_embed_column('{d.table}', {d.embed})").fetchone()[0]
+                embed_s = time.perf_counter() - t0
+                emb = "e_row"
+                out.append({"method": f"tributary_embed_column({d.embed.split(', ', 1)[1]})", "seconds": embed_s,
+                            "rows_embedded": n, "note": "embedding used by the rows below (seconds not included there)"})
+                print(f"  embedded {n} rows in {embed_s:.0f} s", file=sys.stderr, flush=True)
+            except psycopg.Error as e:
+                conn.execute(f"ALTER TABLE {d.table} DROP COLUMN IF EXISTS e_row")
+                out.append({"method": "tributary_embed_column", "note": f"error: {str(e).splitlines()[0]}"})
+        if "tributary_train" not in have:
+            out.append({"method": "tributary_train (split_at)", "note": "tributary_train not installed"})
+            out.append({"method": "tributary_predict_column, held out (labels NULL)",
+                        "note": "tributary_train not installed"})
+            return out
+        t0 = time.perf_counter()
+        try:
+            cur = conn.execute(
+                "SELECT method, algorithm, split, rows, accuracy, macro_f1, mae, seconds FROM tributary_train("
+                "predictor => 'p', tbl => %s, label => %s, embedding => %s, as_of => %s, split_at => %s, k => %s)",
+                (d.table, d.label, emb, d.as_of, d.split_at, k))
+            for method, algorithm, split, rows, acc, f1, mae, secs in cur.fetchall():
+                out.append({"method": f"tributary_train: {method}" + (f" ({algorithm})" if algorithm else ""),
+                            "split": split, "accuracy": acc, "macro_f1": f1, "mae": mae, "test_rows": rows,
+                            "seconds": secs, "how": "tributary_train(split_at)"})
+        except psycopg.Error as e:
+            out.append({"method": "tributary_train (split_at)", "note": f"error: {str(e).splitlines()[0]}",
+                        "seconds": time.perf_counter() - t0})
+        print(f"  tributary_train(split_at): {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        dbname = conn.info.dbname
+        def col_type(c):
+            return conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                                "WHERE attrelid = %s::regclass AND attname = %s", (d.table, c)).fetchone()[0]
+        label_type, as_of_type = col_type(d.label), col_type(d.as_of)
+        truth = dict(conn.execute(
+            f'SELECT "{d.key}"::text, "{d.label}"::text FROM {d.table} '
+            f'WHERE "{d.as_of}" >= %s::text::{as_of_type} AND "{d.label}" IS NOT NULL', (d.split_at,)).fetchall())
+        held = f"{dbname}_heldout"
+        conn.execute(f'DROP DATABASE IF EXISTS "{held}"')
+    # The held-out check on a copy of the whole database (every foreign key and link table kept).
+    admin = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as a:
+        a.execute(f'CREATE DATABASE "{held}" TEMPLATE "{dbname}"')
+    r = {"method": "tributary_predict_column, held out (test labels NULL, p2 without split_at)",
+         "how": f"database copy {held}", "test_rows": len(truth)}
+    t0 = time.perf_counter()
+    try:
+        with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, dbname=held), autocommit=True) as conn:
+            if conn.execute("SELECT count(*) FROM pg_settings WHERE name = 'tributary.progress_interval'").fetchone()[0]:
+                conn.execute("SET tributary.progress_interval = 0")
+            n = conn.execute(f'UPDATE {d.table} SET "{d.label}" = NULL WHERE "{d.as_of}" >= %s::text::{as_of_type}',
+                             (d.split_at,)).rowcount
+            t1 = time.perf_counter()
+            res = conn.execute(
+                "SELECT method, algorithm, split, rows, accuracy, macro_f1, mae, seconds FROM tributary_train("
+                "predictor => 'p2', tbl => %s, label => %s, embedding => %s, as_of => %s, k => %s)",
+                (d.table, d.label, emb, d.as_of, k)).fetchall()
+            r["train_s"] = time.perf_counter() - t1
+            r["train_result"] = [dict(zip(["method", "algorithm", "split", "rows", "accuracy", "macro_f1", "mae",
+                                           "seconds"], x)) for x in res]
+            conn.execute(f"ALTER TABLE {d.table} ADD COLUMN predicted {label_type}")
+            t1 = time.perf_counter()
+            r["rows_written"] = conn.execute("SELECT tributary_predict_column('p2', 'predicted')").fetchone()[0]
+            r["predict_s"] = time.perf_counter() - t1
+            got = dict(conn.execute(f'SELECT "{d.key}"::text, predicted::text FROM {d.table} '
+                                    f'WHERE "{d.as_of}" >= %s::text::{as_of_type}', (d.split_at,)).fetchall())
+            keys = sorted(truth)
+            acc, f1 = metrics([truth[x] for x in keys], [got.get(x) or "" for x in keys])
+            r.update(accuracy=acc, macro_f1=f1, labels_nulled=n, predicted=sum(got.get(x) is not None for x in keys))
+    except psycopg.Error as e:
+        r["note"] = f"error: {str(e).splitlines()[0]}"
+    r["seconds"] = time.perf_counter() - t0
+    out.append(r)
+    with psycopg.connect(admin, autocommit=True) as a:
+        a.execute(f'DROP DATABASE IF EXISTS "{held}"')
+    return out
+
+
+# ------------------------------------------------------------------------------------------ main
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dataset", choices=sorted(DATASETS))
+    ap.add_argument("--dsn", default="")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--no-tributary", action="store_true", help="the Python baselines only (no database)")
+    a = ap.parse_args(argv)
+    json_path = a.json or ROOT / f"benches/results/learn_{a.dataset}.json"
+
+    t0 = time.perf_counter()
+    d = DATASETS[a.dataset]()
+    n_test = int(test_mask(d).sum())
+    print(f"{a.dataset}: {len(d.rows)} labelled rows, {d.rows['label'].nunique()} classes, test = {d.as_of} >= "
+          f"{d.split_at}: {n_test} rows ({100 * n_test / len(d.rows):.1f}%); read in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr, flush=True)
+    results = []
+    if a.no_tributary:
+        results.append({"method": "tributary", "note": "not run (--no-tributary)"})
+    else:
+        if not a.skip_load:
+            t0 = time.perf_counter()
+            load(a.dataset, a.dsn)
+            print(f"loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        results += tributary_rows(d, a.dsn, a.k)
+    results += python_rows(d)
+
+    def fmt(x, spec=".3f"):
+        return "—" if x is None else format(x, spec)
+    print(f"\n### {a.dataset}: {d.describe}; test = {d.as_of} >= {d.split_at}\n")
+    print("| method | accuracy | macro-F1 | MAE | test rows | train rows | seconds | note |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        note = " ".join(str(x) for x in (r.get("split") and f"split: {r['split']}", r.get("how"), r.get("note")) if x)
+        print(f"| {r['method']} | {fmt(r.get('accuracy'))} | {fmt(r.get('macro_f1'))} | {fmt(r.get('mae'))} | "
+              f"{fmt(r.get('test_rows'), 'd')} | {fmt(r.get('train_rows'), 'd')} | {fmt(r.get('seconds'), '.1f')} | "
+              f"{note} |")
+    print(f"\n{len(d.rows)} labelled rows, {d.rows['label'].nunique()} classes; forward split: train {d.as_of} < "
+          f"{d.split_at}, test {d.as_of} >= {d.split_at} ({n_test} rows). k = {a.k}. Python seconds: one thread; "
+          "the GBDT's include the out-of-fold text model, the history features and the iteration search.")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"dataset": a.dataset, "describe": d.describe, "table": d.table,
+                                     "label": d.label, "as_of": d.as_of, "split_at": d.split_at,
+                                     "rows": len(d.rows), "test_rows": n_test, "k": a.k,
+                                     "history_paths": list(d.paths), "results": results}, indent=1, default=str) + "\n")
+    print(f"\nJSON: {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
