@@ -485,6 +485,7 @@ def tributary_rows(d: Data, dsn: str, k: int) -> list[dict]:
         with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, dbname=held), autocommit=True) as conn:
             if conn.execute("SELECT count(*) FROM pg_settings WHERE name = 'tributary.progress_interval'").fetchone()[0]:
                 conn.execute("SET tributary.progress_interval = 0")
+            conn.execute(f'ALTER TABLE {d.table} ALTER COLUMN "{d.label}" DROP NOT NULL')
             n = conn.execute(f'UPDATE {d.table} SET "{d.label}" = NULL WHERE "{d.as_of}" >= %s::text::{as_of_type}',
                              (d.split_at,)).rowcount
             t1 = time.perf_counter()

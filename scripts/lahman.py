@@ -13,7 +13,7 @@ PostgreSQL with primary and foreign keys, for predicting forward in time from ea
     player_season(player_season_id int PK, player_id text NOT NULL -> person,
                   team_id int NOT NULL -> team, year int NOT NULL, g_all int, gs int,
                   ab int, r int, h int, doubles int, triples int, hr int, rbi int, sb int, cs int,
-                  bb int, so int, position text NOT NULL)
+                  bb int, so int, position text)
          -- one row per player, season and team (Lahman's Appearances, with that team-season's
          -- batting line from Batting summed over stints), seasons 1960-2024: about 74,500 rows
 
@@ -55,7 +55,7 @@ DDL = {
                "bats text, throws text, height int, weight int"),
     "player_season": ("player_season_id int PRIMARY KEY, player_id text NOT NULL REFERENCES person, "
                       "team_id int NOT NULL REFERENCES team, year int NOT NULL, g_all int, gs int, "
-                      + ", ".join(f"{c} int" for c in BATTING.values()) + ", position text NOT NULL"),
+                      + ", ".join(f"{c} int" for c in BATTING.values()) + ", position text"),
 }
 
 
