@@ -129,6 +129,10 @@ pub enum TributaryError {
     #[error("the rows and features need more memory than tributary.learn_memory allows")]
     LearnMemory { needed: usize, limit: usize },
 
+    /// 57014: a cancel seen by the learner that PostgreSQL held off.
+    #[error("canceling statement due to user request")]
+    Canceled,
+
     /// 55000: a predictor used on a table whose columns changed since it was trained.
     #[error("{message}")]
     Changed { message: String, detail: String },
@@ -288,6 +292,7 @@ impl From<TributaryError> for ErrorReport {
                 Some(format!("About {} MB needed; tributary.learn_memory is {} MB.", needed >> 20, limit >> 20)),
                 Some("Raise tributary.learn_memory, or train on fewer rows (a table or view of them)."),
             ),
+            T::Canceled => report(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, None, None),
             T::UnknownPredictor(_) => report(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
                 None,

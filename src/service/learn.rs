@@ -400,10 +400,16 @@ impl PgControl {
 
 impl learn::Control for PgControl {
     fn check(&self) -> std::result::Result<(), learn::Error> {
-        // SAFETY: a sig_atomic_t the signal handlers set; read only.
-        let pending = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::InterruptPending)) };
-        if pending != 0 {
-            Err(learn::Error::Cancelled("interrupt pending".into()))
+        // SAFETY: sig_atomic_t flags the signal handlers set; read only. InterruptPending alone is
+        // also set for interrupts that raise nothing (sinval catchup, barriers, ...): those wait
+        // for the next CHECK_FOR_INTERRUPTS after the learner returns.
+        let stop = unsafe {
+            std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::InterruptPending)) != 0
+                && (std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::QueryCancelPending)) != 0
+                    || std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::ProcDiePending)) != 0)
+        };
+        if stop {
+            Err(learn::Error::Cancelled("query cancel pending".into()))
         } else {
             Ok(())
         }
@@ -428,7 +434,10 @@ pub fn learn_error(e: learn::Error, ctl: &PgControl) -> TributaryError {
     match e {
         learn::Error::Cancelled(_) => {
             ctl.check_raise();
-            TributaryError::Internal("the learner stopped for an interrupt that was gone".into())
+            // A cancel that CHECK_FOR_INTERRUPTS did not raise (it ignores one while
+            // QueryCancelHoldoffCount is set, or a die while InterruptHoldoffCount is):
+            // PostgreSQL's own message for a user's cancel.
+            TributaryError::Canceled
         }
         learn::Error::Memory { needed, limit } => memory_error(needed, limit),
         learn::Error::Invalid(m) => TributaryError::InvalidArgument { message: m, hint: None },
