@@ -146,6 +146,11 @@ fn train(
     let oid = tbl.lock()?;
     let ctl = PgControl::new("tributary_train");
     let plan = spec(oid, &opts)?;
+    // The predictor keeps the columns and paths it uses, by name: columns added later are not
+    // features of it.
+    let mut opts = opts;
+    opts.columns = Some(plan.columns_used.clone());
+    opts.history = Some(plan.paths_used.clone());
     let split = split_at.map(|s| split_value(&plan, s)).transpose()?;
     let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
     let Loaded { ds, keys, as_of_null, .. } = load(&plan, Source::Table(&table), &ctl)?;
@@ -233,7 +238,7 @@ fn train(
         tbl: oid,
         kind: &plan.kind,
         options: &opts,
-        signature: &plan.signature,
+        signature: &plan.signature(),
         features: trained.feature_names.clone(),
         algorithm: trained.model.algorithm().to_string(),
         classes: trained.model.classes().map(<[String]>::to_vec),
@@ -288,6 +293,14 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
         return Err(TributaryError::InvalidArgument {
             message: format!("target must not be the label column \"{target}\""),
             hint: Some("Predictions written to the label column would count as labels; write them to another column.".into()),
+        });
+    }
+    if p.options.columns.iter().flatten().any(|c| c == target) {
+        return Err(TributaryError::InvalidArgument {
+            message: format!("target \"{target}\" is a feature of predictor \"{name}\""),
+            hint: Some(format!(
+                "Write to another column, or train again without it: columns => '{{-{target}}}'."
+            )),
         });
     }
     let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;

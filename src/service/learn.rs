@@ -44,6 +44,22 @@ pub struct Spec {
     pub as_of_sql: Option<String>,
     pub signature: serde_json::Value,
     pub paths: Vec<String>,
+    pub columns: Vec<String>,
+    pub columns_used: Vec<String>,
+    pub paths_used: Vec<String>,
+}
+
+impl Spec {
+    /// What a predictor depends on: every column read (with its type) and the features' names
+    /// by kind, in order.
+    pub fn signature(&self) -> serde_json::Value {
+        serde_json::json!({
+            "columns": self.signature,
+            "numbers": self.numbers,
+            "categories": self.categories,
+            "paths": self.parents.iter().chain(self.links.iter().map(|l| &l.name)).collect::<Vec<_>>(),
+        })
+    }
 }
 
 /// The arguments that choose a predictor's features.
@@ -545,22 +561,51 @@ pub fn stored(name: &str) -> Result<Stored> {
     Ok(Stored { owner, tbl, kind, options, signature, features, model })
 }
 
-/// The plan of a stored predictor, checked against what it was trained on: 55000 when the
-/// table's columns (or the caller's view of them) changed.
+/// The plan of a stored predictor, checked against what it was trained on: 55000 when a column
+/// or path it reads is gone (or the caller may not read it any more), or changed type, or a
+/// category column has become a text of many values. Columns added since change nothing: the
+/// predictor names the columns and paths it uses (tributary_train stores the lists).
 pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
-    let s = spec(p.tbl, &p.options)?;
-    if s.signature != p.signature || s.kind != p.kind {
-        let was: Vec<String> = sig_list(&p.signature);
-        let now: Vec<String> = sig_list(&s.signature);
-        let gone: Vec<&String> = was.iter().filter(|c| !now.contains(c)).collect();
-        let new: Vec<&String> = now.iter().filter(|c| !was.contains(c)).collect();
+    let everything = Options { columns: None, history: None, ..p.options.clone() };
+    let found = spec(p.tbl, &everything)?;
+    let mut gone: Vec<String> = Vec::new();
+    for c in p.options.columns.iter().flatten() {
+        if !found.columns.contains(c) {
+            gone.push(format!("column {c}"));
+        }
+    }
+    for h in p.options.history.iter().flatten() {
+        if !found.paths.contains(h) {
+            gone.push(format!("path {h}"));
+        }
+    }
+    if !gone.is_empty() {
         return Err(TributaryError::Changed {
             message: format!("the columns predictor \"{name}\" was trained on have changed"),
-            detail: format!(
-                "Trained on but not found now: {}. Found now but not trained on: {}.",
-                if gone.is_empty() { "none".into() } else { gone.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") },
-                if new.is_empty() { "none".into() } else { new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") },
-            ),
+            detail: format!("Trained on but not found now (or not readable by the current role): {}.", gone.join(", ")),
+        });
+    }
+    let s = spec(p.tbl, &p.options)?;
+    let now = s.signature();
+    if now != p.signature || s.kind != p.kind {
+        let was: Vec<String> = sig_list(&p.signature["columns"]);
+        let is: Vec<String> = sig_list(&now["columns"]);
+        let before: Vec<&String> = was.iter().filter(|c| !is.contains(c)).collect();
+        let after: Vec<&String> = is.iter().filter(|c| !was.contains(c)).collect();
+        return Err(TributaryError::Changed {
+            message: format!("the columns predictor \"{name}\" was trained on have changed"),
+            detail: if before.is_empty() && after.is_empty() {
+                format!(
+                    "Its features were {} and would now be {}.",
+                    p.signature, now
+                )
+            } else {
+                format!(
+                    "Trained on: {}. Now: {}.",
+                    before.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                    after.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                )
+            },
         });
     }
     Ok(s)
