@@ -4,7 +4,7 @@
 -- predictions current (tributary_predict_job_create / _drop; sql/learn_jobs.sql). Nothing of 0.8.1
 -- changes; tributary._job_call takes the two new operations in the library.
 
--- src/api/learn.rs:373
+-- src/api/learn.rs:386
 -- tributary::api::learn::_predict_record
 CREATE  FUNCTION "_predict_record"(
 	"predictor" TEXT, /* Option < & str > */
@@ -18,7 +18,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_predict_record_wrapper';
 
--- src/api/learn.rs:499
+-- src/api/learn.rs:512
 -- tributary::api::learn::tributary_drop_predictor
 CREATE  FUNCTION "tributary_drop_predictor"(
 	"predictor" TEXT /* Option < & str > */
@@ -27,7 +27,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tributary_drop_predictor_wrapper';
 
--- src/api/learn.rs:265
+-- src/api/learn.rs:270
 -- tributary::api::learn::tributary_predict_column
 CREATE  FUNCTION "tributary_predict_column"(
 	"predictor" TEXT, /* Option < & str > */
@@ -161,12 +161,13 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      ORDER BY c.conname
 $$;
 
--- Whether `name` is chosen by `choice` (NULL: everything; else names to use, or, prefixed
--- with '-', names to leave out: a list of only exclusions keeps everything else).
+-- Whether `name` is chosen by `choice` (NULL: everything; '{}': nothing; else names to use,
+-- or, prefixed with '-', names to leave out: a list of only exclusions keeps everything else).
 CREATE FUNCTION tributary._learn_chosen(name text, choice text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
         WHEN choice IS NULL THEN true
+        WHEN cardinality(choice) = 0 THEN false
         WHEN ('-' || name) = ANY (choice) THEN false
         WHEN name = ANY (choice) THEN true
         ELSE NOT EXISTS (SELECT 1 FROM unnest(choice) c WHERE c NOT LIKE '-%')
@@ -187,14 +188,16 @@ $$;
 --                   link path, ref = the index into rows_sql's referenced keys
 --   as_of_sql       a statement that turns $1 (text) into the as_of float8, for split_at
 --   signature       [[table, column, type], ...] of every column read
---   paths           every history path found (chosen or not)
+--   paths, columns  every history path and feature column found (chosen or not)
+--   paths_used, columns_used  those chosen (what tributary_train stores as the predictor's
+--                   history and columns, so that columns added later change nothing)
 -- Paths (README, "Models that learn"): a foreign key of tbl, named by its columns
 -- ("album_id": rows with the same parent); through the parent's own foreign keys ("album_id.artist_id":
 -- rows whose parents share a grandparent); a link table referencing tbl and another table
 -- ("film_person.person_id": rows linked to the same person). Typed columns: tbl's own numbers,
 -- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
 -- rows (categories); the numbers of each parent ("album_id.price"). Text: tbl's own text
--- columns. Only columns the caller may read are found; named ones it may not read fail when read
+-- columns and its parents' ("track_id.name"), chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
 -- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
 -- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
 -- does not exist (DETAIL lists those found).
@@ -224,12 +227,15 @@ DECLARE
     links jsonb := '[]';
     found_paths text[] := '{}';
     found_cols text[] := '{}';
+    used_cols text[] := '{}';
+    used_paths text[] := '{}';
     sig jsonb := '[]';
     key_cols name[];
     pname text;
     n bigint;
     pn text[];
     pnn text[];
+    ptx text[];
     emb_expr text := 'CAST(NULL AS pg_catalog.float4[])';
     ridx integer;
 BEGIN
@@ -276,19 +282,22 @@ BEGIN
             IF tributary._learn_chosen(a.attname, columns) THEN
                 nums := nums || ('ARRAY[' || tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname) || ']');
                 num_names := num_names || a.attname::text;
+                used_cols := used_cols || a.attname::text;
                 sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
             END IF;
         ELSIF a.typcategory IN ('S', 'E') THEN
+            found_cols := found_cols || a.attname::text;
+            IF NOT tributary._learn_chosen(a.attname, columns) THEN
+                CONTINUE;
+            END IF;
             texts := texts || format('CAST(t.%I AS pg_catalog.text)', a.attname);
+            used_cols := used_cols || a.attname::text;
             sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
             EXECUTE format('SELECT count(*) FROM (SELECT DISTINCT s.v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
                            a.attname, tbl) INTO n;
             IF n <= 64 THEN
-                found_cols := found_cols || a.attname::text;
-                IF tributary._learn_chosen(a.attname, columns) THEN
-                    cats := cats || format('CAST(t.%I AS pg_catalog.text)', a.attname);
-                    cat_names := cat_names || a.attname::text;
-                END IF;
+                cats := cats || format('CAST(t.%I AS pg_catalog.text)', a.attname);
+                cat_names := cat_names || a.attname::text;
             END IF;
         END IF;
     END LOOP;
@@ -300,10 +309,12 @@ BEGIN
         IF tributary._learn_chosen(pname, history) THEN
             groups := groups || tributary._learn_key_text('t', fk.cols);
             group_names := group_names || pname;
+            used_paths := used_paths || pname;
         END IF;
         -- The parent's numbers, as one float8[] subquery per parent.
         pn := '{}';
         pnn := '{}';
+        ptx := '{}';
         FOR a IN SELECT att.attname, t.typcategory, t.typname, format_type(att.atttypid, att.atttypmod) AS sql_type
                    FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
                   WHERE att.attrelid = fk.ref AND att.attnum > 0 AND NOT att.attisdropped
@@ -311,6 +322,16 @@ BEGIN
                                        AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
                     AND has_column_privilege(fk.ref, att.attnum, 'SELECT')
                   ORDER BY att.attnum LOOP
+            IF a.typcategory IN ('S', 'E') THEN
+                -- The parent's text (an album's title, a track's composer) joins the row's text.
+                found_cols := found_cols || (pname || '.' || a.attname);
+                IF tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('CAST(p.%I AS pg_catalog.text)', a.attname);
+                    used_cols := used_cols || (pname || '.' || a.attname);
+                    sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
+                END IF;
+                CONTINUE;
+            END IF;
             IF tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname) IS NULL
                OR a.typname IN ('vector', 'halfvec') THEN
                 CONTINUE;
@@ -319,9 +340,16 @@ BEGIN
             IF tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
                 pn := pn || tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname);
                 pnn := pnn || (pname || '.' || a.attname);
+                used_cols := used_cols || (pname || '.' || a.attname);
                 sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
             END IF;
         END LOOP;
+        IF cardinality(ptx) > 0 THEN
+            texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p WHERE (%s) = (%s))',
+                array_to_string(ptx, ', '), fk.ref,
+                (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+        END IF;
         IF cardinality(pn) > 0 THEN
             -- No parent row (a NULL foreign key): as many NULLs.
             nums := nums || format('COALESCE((SELECT ARRAY[%s] FROM %s p WHERE (%s) = (%s)), pg_catalog.array_fill(CAST(NULL AS pg_catalog.float8), ARRAY[%s]))',
@@ -339,6 +367,7 @@ BEGIN
                     (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
                     (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
                 group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ','));
+                used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ','));
             END IF;
         END LOOP;
     END LOOP;
@@ -362,6 +391,7 @@ BEGIN
             ref_cols_seen := ref_cols_seen || array_to_string(lk.ref_cols, ',');
             ridx := cardinality(refs);
         END IF;
+        used_paths := used_paths || pname;
         links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
             'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
                           tributary._learn_key_text('l', lk.other_cols), lk.child));
@@ -407,7 +437,10 @@ BEGIN
         'links', links,
         'as_of_sql', as_of_sql,
         'signature', sig,
-        'paths', to_jsonb(found_paths));
+        'paths', to_jsonb(found_paths),
+        'columns', to_jsonb(found_cols),
+        'columns_used', to_jsonb(used_cols),
+        'paths_used', to_jsonb(used_paths));
 END $$;
 
 ALTER FUNCTION _predict_record(text, jsonb) SET SCHEMA tributary;
