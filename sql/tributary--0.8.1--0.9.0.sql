@@ -196,7 +196,7 @@ $$;
 -- rows whose parents share a grandparent); a link table referencing tbl and another table
 -- ("film_person.person_id": rows linked to the same person). Typed columns: tbl's own numbers,
 -- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
--- rows (categories); the numbers of each parent ("album_id.price"). Text: tbl's own text
+-- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
 -- columns and its parents' ("track_id.name"), chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
 -- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
 -- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
@@ -277,6 +277,13 @@ BEGIN
         IF a.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector', 'json', 'jsonb') THEN
             CONTINUE;
         END IF;
+        -- Values in a sample of 10,000 rows (distinct, NULL not counted): an empty column (a
+        -- target made for the predictions, say) is no feature.
+        EXECUTE format('SELECT count(d.v) FROM (SELECT DISTINCT s.v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
+                       a.attname, tbl) INTO n;
+        IF n = 0 THEN
+            CONTINUE;
+        END IF;
         IF tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname) IS NOT NULL THEN
             found_cols := found_cols || a.attname::text;
             IF tributary._learn_chosen(a.attname, columns) THEN
@@ -293,8 +300,6 @@ BEGIN
             texts := texts || format('CAST(t.%I AS pg_catalog.text)', a.attname);
             used_cols := used_cols || a.attname::text;
             sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
-            EXECUTE format('SELECT count(*) FROM (SELECT DISTINCT s.v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
-                           a.attname, tbl) INTO n;
             IF n <= 64 THEN
                 cats := cats || format('CAST(t.%I AS pg_catalog.text)', a.attname);
                 cat_names := cat_names || a.attname::text;
