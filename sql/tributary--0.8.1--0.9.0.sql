@@ -694,3 +694,6 @@ COMMENT ON FUNCTION tributary._predict_job_create(oid, jsonb) IS 'Internal: trib
 COMMENT ON FUNCTION tributary._predict_job_drop(oid, jsonb) IS 'Internal: tributary_predict_job_drop, as the extension''s owner.';
 COMMENT ON FUNCTION tributary_predict_job_create(text, name) IS 'Keeps a column filled with a trained predictor''s predictions, refreshed by the background workers as the table''s owner when rows of the table or of the tables its history reads change; returns the job id.';
 COMMENT ON FUNCTION tributary_predict_job_drop(bigint) IS 'Drops a predict job and its triggers; the predictions written stay.';
+
+COMMENT ON SEQUENCE tributary._predict_jobs_id_seq IS 'Internal: predict job ids.';
+COMMENT ON SEQUENCE tributary._predict_dirty_id_seq IS 'Internal: the order of queued refreshes.';

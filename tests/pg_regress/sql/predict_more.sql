@@ -55,7 +55,9 @@ UPDATE pm.near SET e = '[0,1,0]' WHERE id = 1001;
 SELECT prediction, neighbours FROM tributary_predict('pm.near', 'label', 'e', '[1,0,0]');
 -- Both functions set the iterative scans for the call only.
 SELECT p.proname, p.proconfig FROM pg_proc p
- WHERE p.proname IN ('tributary_predict', 'tributary_predict_column', 'tributary_evaluate') ORDER BY 1;
+ WHERE p.proname IN ('tributary_predict', 'tributary_predict_column', 'tributary_evaluate')
+   AND p.pronargs > 3   -- the neighbour functions, not the predictor ones (tributary_train)
+ ORDER BY 1;
 
 -- 2. Forward in time: rows before 2010 train, from 2010 on are tested; a NULL year is in neither.
 CREATE TABLE pm.ev (id int PRIMARY KEY, yr int, day date, label text, num float8, e vector(3));
