@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
-#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), and the
-#      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model)
+#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), the
+#      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model) and
+#      the learn crate's (cargo test -p tributary-learn --release)
 #   1. model preparation tests (pytest, ort/scripts/test_export.py) and the benchmark report's
 #      arithmetic (benches/test_report.py; the benchmarks themselves are not tests)
 #   2. on each PostgreSQL major in TRIBUTARY_PG_MAJORS (default "15 16 17 18"), through
@@ -127,6 +128,9 @@ chmod -R a+rX "$ROOT" 2>/dev/null || true
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 step "engine unit tests (cargo test -p tributary-engine)" counted cargo none engine cargo test -p tributary-engine
+# crates/learn (the predictors' features and models, no PostgreSQL): optimised, its k-NN and trees
+# are slow unoptimised.
+step "learn unit tests (cargo test -p tributary-learn --release)" counted cargo none learn cargo test -p tributary-learn --release
 
 # 1. Model preparation.
 step "export_model, benchmark report (pytest)" counted pytest none export .venv/bin/python -m pytest -q ort/scripts/test_export.py benches/test_report.py

@@ -18,7 +18,16 @@ use crate::service::learn::{
 
 /// One row of `tributary_train`'s result: method, algorithm, split, rows, accuracy, macro_f1,
 /// mae, seconds.
-type TrainRow = (String, String, String, i64, Option<f64>, Option<f64>, Option<f64>, Option<f64>);
+type TrainRow = (
+    String,
+    String,
+    String,
+    i64,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+);
 
 fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option<Vec<String>>> {
     v.map(|v| crate::api::column::no_nulls(v, what)).transpose()
@@ -61,7 +70,7 @@ fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option
 /// found); 42P01 dropped table; 42703 unknown column; 42804 as_of not a number/date/timestamp,
 /// embedding not vector/halfvec; 42501 predictor owned by another role, or a column the caller
 /// may not read; 54000 tributary.learn_memory; 25006 read-only transaction.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 #[pg_extern(volatile, parallel_unsafe)]
 pub(crate) fn tributary_train(
     predictor: Option<&str>,
@@ -90,7 +99,9 @@ pub(crate) fn tributary_train(
     let (Some(predictor), Some(tbl), Some(label), Some(algorithm), Some(k)) =
         (predictor, tbl, label, algorithm, k)
     else {
-        raise(TributaryError::NullArgument("predictor, tbl, label, algorithm and k"));
+        raise(TributaryError::NullArgument(
+            "predictor, tbl, label, algorithm and k",
+        ));
     };
     let rows = train(
         predictor,
@@ -152,8 +163,14 @@ fn train(
     opts.columns = Some(plan.columns_used.clone());
     opts.history = Some(plan.paths_used.clone());
     let split = split_at.map(|s| split_value(&plan, s)).transpose()?;
-    let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
-    let Loaded { ds, keys, as_of_null, .. } = load(&plan, Source::Table(&table), &ctl)?;
+    let table =
+        sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    let Loaded {
+        ds,
+        keys,
+        as_of_null,
+        ..
+    } = load(&plan, Source::Table(&table), &ctl)?;
     let left_out = as_of_null.iter().filter(|x| **x).count();
     if left_out > 0 {
         pgrx::notice!(
@@ -274,7 +291,9 @@ pub(crate) fn tributary_predict_column_predictor(
     batch_size: default!(Option<i32>, 1000),
 ) -> i64 {
     let (Some(predictor), Some(target), Some(batch_size)) = (predictor, target, batch_size) else {
-        raise(TributaryError::NullArgument("predictor, target and batch_size"));
+        raise(TributaryError::NullArgument(
+            "predictor, target and batch_size",
+        ));
     };
     predict_column(predictor, &target.0, batch_size).or_raise()
 }
@@ -303,7 +322,8 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
             )),
         });
     }
-    let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    let table =
+        sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
     let target_type = crate::pg::spi::select_one::<String>(
         "SELECT (tributary._learn_column_type($1::pg_catalog.regclass, $2::pg_catalog.name)).sql_type",
         &[oid.into(), target.into()],
@@ -315,7 +335,12 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
     })?;
     let plan = spec_of(name, &p)?;
     let ctl = PgControl::new("tributary_predict_column");
-    let Loaded { ds, tids, as_of_null, .. } = load(&plan, Source::Table(&table), &ctl)?;
+    let Loaded {
+        ds,
+        tids,
+        as_of_null,
+        ..
+    } = load(&plan, Source::Table(&table), &ctl)?;
     let model = learn::Model::from_bytes(&p.model).map_err(|e| learn_error(e, &ctl))?;
     let unlabelled = |i: usize| match &ds.label {
         learn::Labels::Category(v) => v[i].is_none(),
@@ -347,7 +372,12 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
         col = spi_ident(target),
     );
     let mut written = 0i64;
-    for chunk in targets.iter().zip(&preds).collect::<Vec<_>>().chunks(batch_size as usize) {
+    for chunk in targets
+        .iter()
+        .zip(&preds)
+        .collect::<Vec<_>>()
+        .chunks(batch_size as usize)
+    {
         ctl.check_raise();
         let mut rels = Vec::with_capacity(chunk.len());
         let mut ids = Vec::with_capacity(chunk.len());
@@ -410,7 +440,8 @@ fn predict_record(
 ) -> Result<(Option<String>, Option<f64>, Option<pgrx::JsonB>)> {
     let p = stored(name)?;
     let oid = RegClass(p.tbl).lock()?;
-    let table = sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    let table =
+        sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
     let plan = spec_of(name, &p)?;
     let ctl = PgControl::new("tributary_predict");
     let mut all = load(&plan, Source::Table(&table), &ctl)?;
@@ -426,7 +457,8 @@ fn predict_record(
     let same = all.keys.iter().position(|k| *k == key);
     let target = all.keys.len() as u32;
     append(&mut all, one, same);
-    let preds = learn::predict(&model, &all.ds, &[target], &ctl).map_err(|e| learn_error(e, &ctl))?;
+    let preds =
+        learn::predict(&model, &all.ds, &[target], &ctl).map_err(|e| learn_error(e, &ctl))?;
     let Some(pred) = preds.into_iter().next() else {
         return Ok((None, None, None));
     };
@@ -466,7 +498,10 @@ fn append(all: &mut Loaded, one: Loaded, same: Option<usize>) {
         // Link groups of the same row in the table (the record's own text has its parents').
         if let Some(s) = same {
             let own = &a[s];
-            for tok in own.split(' ').filter(|w| w.starts_with('g') && w.len() == 17) {
+            for tok in own
+                .split(' ')
+                .filter(|w| w.starts_with('g') && w.len() == 17)
+            {
                 if !t.contains(tok) {
                     t.push(' ');
                     t.push_str(tok);
@@ -490,7 +525,12 @@ fn append(all: &mut Loaded, one: Loaded, same: Option<usize>) {
         // Parent paths come from the record itself; link paths from the table's same row.
         let from_record: Vec<(u32, u64)> = pb.pairs.iter().map(|&(_, g)| (n, g)).collect();
         let from_table: Vec<(u32, u64)> = match same {
-            Some(s) if from_record.is_empty() => pa.pairs.iter().filter(|(i, _)| *i as usize == s).map(|&(_, g)| (n, g)).collect(),
+            Some(s) if from_record.is_empty() => pa
+                .pairs
+                .iter()
+                .filter(|(i, _)| *i as usize == s)
+                .map(|&(_, g)| (n, g))
+                .collect(),
             _ => Vec::new(),
         };
         pa.pairs.extend(from_record);
@@ -502,7 +542,8 @@ fn append(all: &mut Loaded, one: Loaded, same: Option<usize>) {
     for ((_, a), (_, b)) in ds.categories.iter_mut().zip(o.categories) {
         a.push(b.into_iter().next().flatten());
     }
-    all.keys.push(one.keys.into_iter().next().unwrap_or_default());
+    all.keys
+        .push(one.keys.into_iter().next().unwrap_or_default());
     all.tids.push(None);
     all.as_of_null.push(false);
 }
@@ -524,7 +565,7 @@ pub(crate) fn tributary_drop_predictor(predictor: Option<&str>) -> bool {
                     None,
                     &[predictor.into()],
                 )
-                .map(|t| t.len() > 0)
+                .map(|t| !t.is_empty())
             })
         })
     })

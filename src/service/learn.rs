@@ -199,7 +199,10 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
         .parents
         .iter()
         .chain(spec.links.iter().map(|l| &l.name))
-        .map(|n| learn::GroupPath { name: n.clone(), pairs: Vec::new() })
+        .map(|n| learn::GroupPath {
+            name: n.clone(),
+            pairs: Vec::new(),
+        })
         .collect();
     let mut refs: Vec<HashMap<String, Vec<u32>>> = Vec::new();
     let mut bytes = 0usize;
@@ -258,21 +261,33 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                             }
                         }
                     }
-                    let nums = row.get::<Vec<Option<f64>>>(8).map_err(spi_error)?.unwrap_or_default();
+                    let nums = row
+                        .get::<Vec<Option<f64>>>(8)
+                        .map_err(spi_error)?
+                        .unwrap_or_default();
                     for (j, col) in numbers.iter_mut().enumerate() {
                         col.push(nums.get(j).copied().flatten());
                     }
-                    let cs = row.get::<Vec<Option<String>>>(9).map_err(spi_error)?.unwrap_or_default();
+                    let cs = row
+                        .get::<Vec<Option<String>>>(9)
+                        .map_err(spi_error)?
+                        .unwrap_or_default();
                     for (j, col) in cats.iter_mut().enumerate() {
                         col.push(cs.get(j).cloned().flatten());
                     }
-                    let groups = row.get::<Vec<Option<String>>>(10).map_err(spi_error)?.unwrap_or_default();
+                    let groups = row
+                        .get::<Vec<Option<String>>>(10)
+                        .map_err(spi_error)?
+                        .unwrap_or_default();
                     for (j, g) in groups.into_iter().enumerate() {
                         if let Some(g) = g {
                             paths[j].pairs.push((i, group_id(j, &g)));
                         }
                     }
-                    let rs = row.get::<Vec<Option<String>>>(11).map_err(spi_error)?.unwrap_or_default();
+                    let rs = row
+                        .get::<Vec<Option<String>>>(11)
+                        .map_err(spi_error)?
+                        .unwrap_or_default();
                     if refs.len() < rs.len() {
                         refs.resize_with(rs.len(), HashMap::new);
                     }
@@ -318,7 +333,9 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
     };
     for (li, link) in links.iter().enumerate() {
         let path = n_parents + li;
-        let Some(map) = refs.get(link.ref_idx) else { continue };
+        let Some(map) = refs.get(link.ref_idx) else {
+            continue;
+        };
         pinned(|| -> Result<()> {
             Spi::connect(|client| -> Result<()> {
                 let mut cursor = client.open_cursor(&link.sql, &[]);
@@ -370,13 +387,22 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
             learn::Labels::Category(cat_labels)
         },
         text: Some(texts),
-        embedding: dim.map(|d| learn::Embeddings { dim: d, data: emb, present }),
+        embedding: dim.map(|d| learn::Embeddings {
+            dim: d,
+            data: emb,
+            present,
+        }),
         paths,
         numbers: spec.numbers.iter().cloned().zip(numbers).collect(),
         categories: spec.categories.iter().cloned().zip(cats).collect(),
     };
     debug_assert!(ds.as_of.as_ref().is_none_or(|a| a.len() == n));
-    Ok(Loaded { ds, keys, tids, as_of_null })
+    Ok(Loaded {
+        ds,
+        keys,
+        tids,
+        as_of_null,
+    })
 }
 
 fn memory_error(needed: usize, limit: usize) -> TributaryError {
@@ -437,7 +463,11 @@ impl learn::Control for PgControl {
         }
         self.last.set(Instant::now());
         if total > 0 {
-            pgrx::notice!("{}: {stage}: {done} of {total} ({:.0} s)", self.what, self.seconds());
+            pgrx::notice!(
+                "{}: {stage}: {done} of {total} ({:.0} s)",
+                self.what,
+                self.seconds()
+            );
         } else {
             pgrx::notice!("{}: {stage}: {done} ({:.0} s)", self.what, self.seconds());
         }
@@ -456,7 +486,10 @@ pub fn learn_error(e: learn::Error, ctl: &PgControl) -> TributaryError {
             TributaryError::Canceled
         }
         learn::Error::Memory { needed, limit } => memory_error(needed, limit),
-        learn::Error::Invalid(m) => TributaryError::InvalidArgument { message: m, hint: None },
+        learn::Error::Invalid(m) => TributaryError::InvalidArgument {
+            message: m,
+            hint: None,
+        },
         learn::Error::Model(m) => TributaryError::Internal(format!("predictor: {m}")),
     }
 }
@@ -498,7 +531,9 @@ pub fn is_member_of(role: pg_sys::Oid) -> Result<bool> {
 pub fn check_owner(name: &str) -> Result<()> {
     if let Some(owner) = owner_of(name)? {
         if !is_member_of(owner)? {
-            return Err(TributaryError::Permission(format!("must be owner of predictor \"{name}\"")));
+            return Err(TributaryError::Permission(format!(
+                "must be owner of predictor \"{name}\""
+            )));
         }
     }
     Ok(())
@@ -558,7 +593,15 @@ pub fn stored(name: &str) -> Result<Stored> {
             "the table of predictor \"{name}\" does not exist any more"
         )));
     }
-    Ok(Stored { owner, tbl, kind, options, signature, features, model })
+    Ok(Stored {
+        owner,
+        tbl,
+        kind,
+        options,
+        signature,
+        features,
+        model,
+    })
 }
 
 /// The plan of a stored predictor, checked against what it was trained on: 55000 when a column
@@ -566,7 +609,11 @@ pub fn stored(name: &str) -> Result<Stored> {
 /// category column has become a text of many values. Columns added since change nothing: the
 /// predictor names the columns and paths it uses (tributary_train stores the lists).
 pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
-    let everything = Options { columns: None, history: None, ..p.options.clone() };
+    let everything = Options {
+        columns: None,
+        history: None,
+        ..p.options.clone()
+    };
     let found = spec(p.tbl, &everything)?;
     let mut gone: Vec<String> = Vec::new();
     for c in p.options.columns.iter().flatten() {
@@ -582,7 +629,10 @@ pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
     if !gone.is_empty() {
         return Err(TributaryError::Changed {
             message: format!("the columns predictor \"{name}\" was trained on have changed"),
-            detail: format!("Trained on but not found now (or not readable by the current role): {}.", gone.join(", ")),
+            detail: format!(
+                "Trained on but not found now (or not readable by the current role): {}.",
+                gone.join(", ")
+            ),
         });
     }
     let s = spec(p.tbl, &p.options)?;
@@ -602,8 +652,16 @@ pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
             } else {
                 format!(
                     "Trained on: {}. Now: {}.",
-                    before.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-                    after.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                    before
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    after
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 )
             },
         });
@@ -617,7 +675,12 @@ fn sig_list(v: &serde_json::Value) -> Vec<String> {
             a.iter()
                 .map(|e| {
                     e.as_array()
-                        .map(|x| x.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect::<Vec<_>>().join(" "))
+                        .map(|x| {
+                            x.iter()
+                                .map(|s| s.as_str().unwrap_or("").to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        })
                         .unwrap_or_default()
                 })
                 .collect()
@@ -647,7 +710,8 @@ pub struct NewPredictor<'a> {
 pub fn store(p: NewPredictor<'_>) -> Result<()> {
     // SAFETY: the current user, read before the switch.
     let caller = unsafe { pg_sys::GetUserId() };
-    let options = serde_json::to_value(p.options).map_err(|e| TributaryError::Internal(e.to_string()))?;
+    let options =
+        serde_json::to_value(p.options).map_err(|e| TributaryError::Internal(e.to_string()))?;
     let written = as_role(extension_owner(), || {
         pinned(|| {
             Spi::connect_mut(|client| {
@@ -690,7 +754,10 @@ pub fn store(p: NewPredictor<'_>) -> Result<()> {
     })
     .map_err(spi_error)?;
     if written == 0 {
-        return Err(TributaryError::Permission(format!("must be owner of predictor \"{}\"", p.name)));
+        return Err(TributaryError::Permission(format!(
+            "must be owner of predictor \"{}\"",
+            p.name
+        )));
     }
     Ok(())
 }

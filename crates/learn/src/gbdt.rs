@@ -26,7 +26,14 @@ pub(crate) struct Params {
 
 impl Default for Params {
     fn default() -> Params {
-        Params { rounds: 400, lr: 0.08, depth: 5, min_leaf: 20, lambda: 1.0, patience: 30 }
+        Params {
+            rounds: 400,
+            lr: 0.08,
+            depth: 5,
+            min_leaf: 20,
+            lambda: 1.0,
+            patience: 30,
+        }
     }
 }
 
@@ -63,7 +70,11 @@ pub(crate) struct Gbdt {
 pub(crate) fn cuts(x: &[f32], nf: usize, rows: &[usize]) -> Vec<Vec<f32>> {
     (0..nf)
         .map(|f| {
-            let mut v: Vec<f32> = rows.iter().map(|&r| x[r * nf + f]).filter(|v| !v.is_nan()).collect();
+            let mut v: Vec<f32> = rows
+                .iter()
+                .map(|&r| x[r * nf + f])
+                .filter(|v| !v.is_nan())
+                .collect();
             v.sort_unstable_by(|a, b| a.total_cmp(b));
             let mut u = v.clone();
             u.dedup();
@@ -127,7 +138,14 @@ impl Grow<'_> {
 
     fn leaf(&mut self, gs: f64, hs: f64) -> u32 {
         let v = (-gs / (hs + self.p.lambda)) as f32 * self.p.lr;
-        self.nodes.push(Node { feat: u32::MAX, bin_thr: 0, thr: 0.0, left: 0, right: 0, value: v });
+        self.nodes.push(Node {
+            feat: u32::MAX,
+            bin_thr: 0,
+            thr: 0.0,
+            left: 0,
+            right: 0,
+            value: v,
+        });
         (self.nodes.len() - 1) as u32
     }
 
@@ -180,7 +198,11 @@ impl Grow<'_> {
             }
         }
         let (l, r) = rows.split_at_mut(i);
-        let (small_is_left, small) = if l.len() <= r.len() { (true, &*l) } else { (false, &*r) };
+        let (small_is_left, small) = if l.len() <= r.len() {
+            (true, &*l)
+        } else {
+            (false, &*r)
+        };
         let hs_small = self.hist(small);
         let mut hs_big = hist;
         for (a, b) in hs_big.iter_mut().zip(&hs_small) {
@@ -188,10 +210,25 @@ impl Grow<'_> {
             a[1] -= b[1];
             a[2] -= b[2];
         }
-        let (hl_, hr_) = if small_is_left { (hs_small, hs_big) } else { (hs_big, hs_small) };
+        let (hl_, hr_) = if small_is_left {
+            (hs_small, hs_big)
+        } else {
+            (hs_big, hs_small)
+        };
         let me = self.nodes.len();
-        let thr = if t == 0 { f32::NEG_INFINITY } else { cuts[f][t - 1] };
-        self.nodes.push(Node { feat: f as u32, bin_thr: t as u8, thr, left: 0, right: 0, value: 0.0 });
+        let thr = if t == 0 {
+            f32::NEG_INFINITY
+        } else {
+            cuts[f][t - 1]
+        };
+        self.nodes.push(Node {
+            feat: f as u32,
+            bin_thr: t as u8,
+            thr,
+            left: 0,
+            right: 0,
+            value: 0.0,
+        });
         let li = self.grow(l, hl_, depth + 1, cuts);
         let ri = self.grow(r, hr_, depth + 1, cuts);
         self.nodes[me].left = li;
@@ -208,7 +245,11 @@ impl Tree {
             if n.feat == u32::MAX {
                 return n.value;
             }
-            i = if b[n.feat as usize] <= n.bin_thr { n.left } else { n.right } as usize;
+            i = if b[n.feat as usize] <= n.bin_thr {
+                n.left
+            } else {
+                n.right
+            } as usize;
         }
     }
     fn by_values(&self, x: &[f32]) -> f32 {
@@ -287,7 +328,14 @@ impl Gbdt {
         for &r in fit.iter().chain(valid) {
             score[r * k..(r + 1) * k].copy_from_slice(&base);
         }
-        let mut m = Gbdt { k, base, cuts, trees: Vec::new(), importance: vec![0.0; nf], rounds: 0 };
+        let mut m = Gbdt {
+            k,
+            base,
+            cuts,
+            trees: Vec::new(),
+            importance: vec![0.0; nf],
+            rounds: 0,
+        };
         let mut g = vec![vec![0f32; n]; k];
         let mut h = vec![vec![0f32; n]; k];
         let (mut best_loss, mut best_round) = (f64::INFINITY, 0usize);
@@ -314,7 +362,15 @@ impl Gbdt {
                 }
             }
             let trees = par_map(threads, k, &sh.stop, |cl| {
-                let mut gr = Grow { bins: &bins, nf, g: &g[cl], h: &h[cl], p, nodes: Vec::new(), gain: vec![0.0; nf] };
+                let mut gr = Grow {
+                    bins: &bins,
+                    nf,
+                    g: &g[cl],
+                    h: &h[cl],
+                    p,
+                    nodes: Vec::new(),
+                    gain: vec![0.0; nf],
+                };
                 let mut rows: Vec<u32> = fit.iter().map(|&r| r as u32).collect();
                 let hist = gr.hist(&rows);
                 gr.grow(&mut rows, hist, 0, &m.cuts);
@@ -335,7 +391,8 @@ impl Gbdt {
             }
             sh.tick(1);
             if !valid.is_empty() {
-                let l: f64 = valid.iter().map(|&r| loss(k, &score, y, r)).sum::<f64>() / valid.len() as f64;
+                let l: f64 =
+                    valid.iter().map(|&r| loss(k, &score, y, r)).sum::<f64>() / valid.len() as f64;
                 if l < best_loss - 1e-7 {
                     best_loss = l;
                     best_round = round + 1;

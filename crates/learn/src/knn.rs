@@ -14,7 +14,13 @@ pub(crate) const CB: usize = 2048;
 
 /// Bytes the search allocates beyond the given embeddings: the normalised candidate copy, one
 /// similarity tile per thread and the result lists.
-pub(crate) fn memory(n_cand: usize, n_query: usize, dim: usize, kk: usize, threads: usize) -> usize {
+pub(crate) fn memory(
+    n_cand: usize,
+    n_query: usize,
+    dim: usize,
+    kk: usize,
+    threads: usize,
+) -> usize {
     n_cand * dim * 4 + threads * (QB * CB * 4 + QB * dim * 4) + n_query * kk * 8
 }
 
@@ -41,8 +47,10 @@ pub(crate) fn search(
 ) -> Option<Vec<Vec<(u32, f32)>>> {
     let d = emb.dim;
     let t = |i: usize| as_of.map_or(0.0, |a| a[i]);
-    let mut cand: Vec<u32> =
-        (0..known.len()).filter(|&j| known[j] && emb.present[j]).map(|j| j as u32).collect();
+    let mut cand: Vec<u32> = (0..known.len())
+        .filter(|&j| known[j] && emb.present[j])
+        .map(|j| j as u32)
+        .collect();
     cand.sort_by(|&a, &b| t(a as usize).total_cmp(&t(b as usize)).then(a.cmp(&b)));
     let ctimes: Vec<f64> = cand.iter().map(|&j| t(j as usize)).collect();
     let mut cm = vec![0f32; cand.len() * d];
@@ -50,7 +58,11 @@ pub(crate) fn search(
         let j = j as usize;
         normalise(&emb.data[j * d..(j + 1) * d], &mut cm[r * d..(r + 1) * d]);
     }
-    let mut qs: Vec<u32> = queries.iter().copied().filter(|&q| emb.present[q as usize]).collect();
+    let mut qs: Vec<u32> = queries
+        .iter()
+        .copied()
+        .filter(|&q| emb.present[q as usize])
+        .collect();
     qs.sort_by(|&a, &b| t(a as usize).total_cmp(&t(b as usize)).then(a.cmp(&b)));
     // Number of candidates usable by each query.
     let limit = |q: usize| -> usize {

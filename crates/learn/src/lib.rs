@@ -112,7 +112,13 @@ pub struct TrainOptions {
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { algorithm: Algorithm::Auto, k: 10, threads: 1, max_memory_bytes: 0, validation_fraction: 0.2 }
+        TrainOptions {
+            algorithm: Algorithm::Auto,
+            k: 10,
+            threads: 1,
+            max_memory_bytes: 0,
+            validation_fraction: 0.2,
+        }
     }
 }
 
@@ -182,7 +188,10 @@ impl fmt::Display for Error {
         match self {
             Error::Cancelled(s) => write!(f, "cancelled: {s}"),
             Error::Memory { needed, limit } => {
-                write!(f, "training needs about {needed} bytes, more than the limit of {limit} bytes")
+                write!(
+                    f,
+                    "training needs about {needed} bytes, more than the limit of {limit} bytes"
+                )
             }
             Error::Invalid(s) => write!(f, "{s}"),
             Error::Model(s) => write!(f, "model: {s}"),
@@ -244,9 +253,12 @@ impl Model {
     /// Reads [`Model::to_bytes`]; Error::Model when the bytes are not a model of this version.
     pub fn from_bytes(b: &[u8]) -> Result<Model, Error> {
         if b.len() < 8 || &b[..8] != MAGIC {
-            return Err(Error::Model("not a tributary-learn model (bad magic)".into()));
+            return Err(Error::Model(
+                "not a tributary-learn model (bad magic)".into(),
+            ));
         }
-        let mut m: Model = ciborium::from_reader(&b[8..]).map_err(|e| Error::Model(format!("cannot read model: {e}")))?;
+        let mut m: Model = ciborium::from_reader(&b[8..])
+            .map_err(|e| Error::Model(format!("cannot read model: {e}")))?;
         if let Some(t) = &mut m.text {
             t.tfidf.index();
         }
@@ -304,7 +316,9 @@ impl Layout<'_> {
         self.classes.map_or(2, |c| c.len()) // counts per class, or [sum, count]
     }
     fn nf(&self) -> usize {
-        self.knn_w() + self.text_w() + self.paths.len() * (self.hist_w() + if self.classes.is_some() { 1 } else { 0 })
+        self.knn_w()
+            + self.text_w()
+            + self.paths.len() * (self.hist_w() + if self.classes.is_some() { 1 } else { 0 })
             + self.numbers.len()
             + self.cats.len()
     }
@@ -392,7 +406,8 @@ fn features(
                                 }
                             }
                             for (ci, v) in s.iter().enumerate() {
-                                row[part * nc + ci] = if ws > 0.0 { (v / ws) as f32 } else { f32::NAN };
+                                row[part * nc + ci] =
+                                    if ws > 0.0 { (v / ws) as f32 } else { f32::NAN };
                             }
                         }
                         None => {
@@ -435,13 +450,25 @@ fn features(
         for (qi, &q) in queries.iter().enumerate() {
             let r = &c[q as usize * hw..(q as usize + 1) * hw];
             let dst = &mut x[qi * nf + col..qi * nf + col + outw];
-            let total = if lay.classes.is_some() { r.iter().sum::<f64>() } else { r[1] };
+            let total = if lay.classes.is_some() {
+                r.iter().sum::<f64>()
+            } else {
+                r[1]
+            };
             if lay.classes.is_some() {
                 for ci in 0..hw {
-                    dst[ci] = if total > 0.0 { (r[ci] / total) as f32 } else { f32::NAN };
+                    dst[ci] = if total > 0.0 {
+                        (r[ci] / total) as f32
+                    } else {
+                        f32::NAN
+                    };
                 }
             } else {
-                dst[0] = if total > 0.0 { (r[0] / total) as f32 } else { f32::NAN };
+                dst[0] = if total > 0.0 {
+                    (r[0] / total) as f32
+                } else {
+                    f32::NAN
+                };
             }
             dst[outw - 1] = total as f32;
             hist_counts[qi].push(total);
@@ -458,9 +485,17 @@ fn features(
         col += 1;
     }
     for (ci, (_, v)) in ds.categories.iter().enumerate() {
-        let vocab: HashMap<&str, usize> = lay.cats[ci].1.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
+        let vocab: HashMap<&str, usize> = lay.cats[ci]
+            .1
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.as_str(), i))
+            .collect();
         for (qi, &q) in queries.iter().enumerate() {
-            x[qi * nf + col] = v[q as usize].as_deref().and_then(|s| vocab.get(s)).map_or(f32::NAN, |&i| i as f32);
+            x[qi * nf + col] = v[q as usize]
+                .as_deref()
+                .and_then(|s| vocab.get(s))
+                .map_or(f32::NAN, |&i| i as f32);
         }
         col += 1;
     }
@@ -473,7 +508,9 @@ fn check_shapes(ds: &Dataset) -> Result<usize, Error> {
         Labels::Category(v) => v.len(),
         Labels::Number(v) => v.len(),
     };
-    let bad = |what: &str, len: usize| Error::Invalid(format!("{what} has {len} rows, the label has {n}"));
+    let bad = |what: &str, len: usize| {
+        Error::Invalid(format!("{what} has {len} rows, the label has {n}"))
+    };
     if let Some(a) = &ds.as_of {
         if a.len() != n {
             return Err(bad("as_of", a.len()));
@@ -506,26 +543,52 @@ fn check_shapes(ds: &Dataset) -> Result<usize, Error> {
 }
 
 /// Known labels: rows with `keep(i)` and a label (classes mapped by `classes`).
-fn known_labels(ds: &Dataset, classes: Option<&[String]>, keep: impl Fn(usize) -> bool) -> Vec<Option<Y>> {
+fn known_labels(
+    ds: &Dataset,
+    classes: Option<&[String]>,
+    keep: impl Fn(usize) -> bool,
+) -> Vec<Option<Y>> {
     match &ds.label {
         Labels::Category(v) => {
-            let map: HashMap<&str, u32> =
-                classes.unwrap_or(&[]).iter().enumerate().map(|(i, c)| (c.as_str(), i as u32)).collect();
+            let map: HashMap<&str, u32> = classes
+                .unwrap_or(&[])
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.as_str(), i as u32))
+                .collect();
             v.iter()
                 .enumerate()
-                .map(|(i, l)| if keep(i) { l.as_deref().and_then(|s| map.get(s)).map(|&c| Y::Class(c)) } else { None })
+                .map(|(i, l)| {
+                    if keep(i) {
+                        l.as_deref().and_then(|s| map.get(s)).map(|&c| Y::Class(c))
+                    } else {
+                        None
+                    }
+                })
                 .collect()
         }
-        Labels::Number(v) => {
-            v.iter().enumerate().map(|(i, l)| if keep(i) { l.filter(|x| x.is_finite()).map(Y::Num) } else { None }).collect()
-        }
+        Labels::Number(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                if keep(i) {
+                    l.filter(|x| x.is_finite()).map(Y::Num)
+                } else {
+                    None
+                }
+            })
+            .collect(),
     }
 }
 
 /// Text model settings: 10 epochs, Adagrad step 0.3, L2 1e-5 (chosen on the films check,
 /// examples/films.rs: test accuracy 0.437 vs 0.425 with 6 epochs and L2 1e-4).
 fn text_fit() -> Fit {
-    Fit { epochs: 10, lr: 0.3, l2: 1e-5 }
+    Fit {
+        epochs: 10,
+        lr: 0.3,
+        l2: 1e-5,
+    }
 }
 
 fn mem_check(needed: usize, limit: usize) -> Result<(), Error> {
@@ -549,7 +612,11 @@ fn lin_row(h: &LinHead, x: &[f32], idx: &mut Vec<u32>, val: &mut Vec<f32>) {
                 }
             }
             None => {
-                let z = if v.is_nan() { 0.0 } else { (v - h.mean[f]) / h.std[f] };
+                let z = if v.is_nan() {
+                    0.0
+                } else {
+                    (v - h.mean[f]) / h.std[f]
+                };
                 if z != 0.0 {
                     idx.push(f as u32);
                     val.push(z.clamp(-10.0, 10.0));
@@ -559,7 +626,14 @@ fn lin_row(h: &LinHead, x: &[f32], idx: &mut Vec<u32>, val: &mut Vec<f32>) {
     }
 }
 
-fn fit_lin_head(x: &[f32], nf: usize, cats: &[(String, Vec<String>)], y: &HeadY, rows: &[usize], sh: &Shared) -> Option<LinHead> {
+fn fit_lin_head(
+    x: &[f32],
+    nf: usize,
+    cats: &[(String, Vec<String>)],
+    y: &HeadY,
+    rows: &[usize],
+    sh: &Shared,
+) -> Option<LinHead> {
     let ncat = cats.len();
     let first_cat = nf - ncat;
     let mut onehot = vec![None; nf];
@@ -570,7 +644,11 @@ fn fit_lin_head(x: &[f32], nf: usize, cats: &[(String, Vec<String>)], y: &HeadY,
     }
     let (mut mean, mut std) = (vec![0f32; nf], vec![1f32; nf]);
     for f in 0..nf {
-        let v: Vec<f64> = rows.iter().map(|&r| x[r * nf + f] as f64).filter(|v| !v.is_nan()).collect();
+        let v: Vec<f64> = rows
+            .iter()
+            .map(|&r| x[r * nf + f] as f64)
+            .filter(|v| !v.is_nan())
+            .collect();
         if !v.is_empty() {
             let m = v.iter().sum::<f64>() / v.len() as f64;
             let s = (v.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / v.len() as f64).sqrt();
@@ -578,7 +656,21 @@ fn fit_lin_head(x: &[f32], nf: usize, cats: &[(String, Vec<String>)], y: &HeadY,
             std[f] = if s > 1e-12 { s as f32 } else { 1.0 };
         }
     }
-    let mut h = LinHead { lin: Linear { dim: 0, k: 0, w: vec![], b: vec![], softmax: true, y_mean: 0.0, y_std: 1.0 }, mean, std, onehot, dim };
+    let mut h = LinHead {
+        lin: Linear {
+            dim: 0,
+            k: 0,
+            w: vec![],
+            b: vec![],
+            softmax: true,
+            y_mean: 0.0,
+            y_std: 1.0,
+        },
+        mean,
+        std,
+        onehot,
+        dim,
+    };
     let mut csr = Csr::new(dim);
     let (mut idx, mut val) = (Vec::new(), Vec::new());
     for &r in rows {
@@ -586,7 +678,11 @@ fn fit_lin_head(x: &[f32], nf: usize, cats: &[(String, Vec<String>)], y: &HeadY,
         csr.push(&idx, &val);
     }
     let local: Vec<usize> = (0..rows.len()).collect();
-    let fit = Fit { epochs: 15, lr: 0.05, l2: 1e-4 };
+    let fit = Fit {
+        epochs: 15,
+        lr: 0.05,
+        l2: 1e-4,
+    };
     h.lin = match y {
         HeadY::Class(c, k) => {
             let c: Vec<u32> = rows.iter().map(|&r| c[r]).collect();
@@ -626,7 +722,10 @@ fn lin_importance(h: &LinHead, nf: usize) -> Vec<f64> {
             None => f..f + 1,
         };
         for j in range {
-            imp[f] += h.lin.w[j * k..(j + 1) * k].iter().map(|w| w.abs() as f64).sum::<f64>();
+            imp[f] += h.lin.w[j * k..(j + 1) * k]
+                .iter()
+                .map(|w| w.abs() as f64)
+                .sum::<f64>();
         }
     }
     imp
@@ -641,7 +740,11 @@ fn score_classes(truth: &[u32], pred: &[u32]) -> (f64, f64) {
     cls.dedup();
     let mut f1 = 0.0;
     for &c in &cls {
-        let tp = truth.iter().zip(pred).filter(|(a, b)| **a == c && **b == c).count() as f64;
+        let tp = truth
+            .iter()
+            .zip(pred)
+            .filter(|(a, b)| **a == c && **b == c)
+            .count() as f64;
         let fp = pred.iter().filter(|&&b| b == c).count() as f64 - tp;
         let fnn = truth.iter().filter(|&&a| a == c).count() as f64 - tp;
         if tp > 0.0 {
@@ -661,7 +764,15 @@ fn argmax(v: &[f32]) -> usize {
     b
 }
 
-fn metric(method: &str, algo: &str, split: &str, y: &HeadY, rows: &[usize], pred: &[f32], k: usize) -> MetricRow {
+fn metric(
+    method: &str,
+    algo: &str,
+    split: &str,
+    y: &HeadY,
+    rows: &[usize],
+    pred: &[f32],
+    k: usize,
+) -> MetricRow {
     let mut m = MetricRow {
         method: method.into(),
         algorithm: algo.into(),
@@ -674,13 +785,21 @@ fn metric(method: &str, algo: &str, split: &str, y: &HeadY, rows: &[usize], pred
     match y {
         HeadY::Class(c, _) => {
             let truth: Vec<u32> = rows.iter().map(|&r| c[r]).collect();
-            let p: Vec<u32> = (0..rows.len()).map(|i| argmax(&pred[i * k..(i + 1) * k]) as u32).collect();
+            let p: Vec<u32> = (0..rows.len())
+                .map(|i| argmax(&pred[i * k..(i + 1) * k]) as u32)
+                .collect();
             let (a, f) = score_classes(&truth, &p);
             m.accuracy = Some(a);
             m.macro_f1 = Some(f);
         }
         HeadY::Value(v) => {
-            m.mae = Some(rows.iter().enumerate().map(|(i, &r)| (pred[i] as f64 - v[r]).abs()).sum::<f64>() / rows.len().max(1) as f64);
+            m.mae = Some(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, &r)| (pred[i] as f64 - v[r]).abs())
+                    .sum::<f64>()
+                    / rows.len().max(1) as f64,
+            );
         }
     }
     m
@@ -689,10 +808,18 @@ fn metric(method: &str, algo: &str, split: &str, y: &HeadY, rows: &[usize], pred
 /// Trains a predictor of `ds.label` from the rows marked [`Role::Train`] (`roles` has length n)
 /// and scores it on the [`Role::Test`] rows. Errors: Invalid (no training rows, fewer than 2
 /// classes, shapes), Memory, Cancelled (from `ctl`).
-pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Control) -> Result<Trained, Error> {
+pub fn train(
+    ds: &Dataset,
+    roles: &[Role],
+    opts: &TrainOptions,
+    ctl: &dyn Control,
+) -> Result<Trained, Error> {
     let n = check_shapes(ds)?;
     if roles.len() != n {
-        return Err(Error::Invalid(format!("roles has {} rows, the label has {n}", roles.len())));
+        return Err(Error::Invalid(format!(
+            "roles has {} rows, the label has {n}",
+            roles.len()
+        )));
     }
     let threads = opts.threads.max(1);
     let k = opts.k.max(1);
@@ -700,9 +827,13 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
         Labels::Category(v) => v[i].is_some(),
         Labels::Number(v) => v[i].is_some_and(|x| x.is_finite()),
     };
-    let train_rows: Vec<usize> = (0..n).filter(|&i| roles[i] == Role::Train && has_label(i)).collect();
+    let train_rows: Vec<usize> = (0..n)
+        .filter(|&i| roles[i] == Role::Train && has_label(i))
+        .collect();
     if train_rows.is_empty() {
-        return Err(Error::Invalid("no training rows: no row has role train and a label".into()));
+        return Err(Error::Invalid(
+            "no training rows: no row has role train and a label".into(),
+        ));
     }
     let classes: Option<Vec<String>> = match &ds.label {
         Labels::Category(v) => {
@@ -720,7 +851,9 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
         Labels::Number(_) => None,
     };
     let known = known_labels(ds, classes.as_deref(), |i| roles[i] == Role::Train);
-    let test_rows: Vec<usize> = (0..n).filter(|&i| roles[i] == Role::Test && has_label(i)).collect();
+    let test_rows: Vec<usize> = (0..n)
+        .filter(|&i| roles[i] == Role::Test && has_label(i))
+        .collect();
     // Category vocabularies from the training rows (values only, no labels).
     let cats: Vec<(String, Vec<String>)> = ds
         .categories
@@ -735,7 +868,10 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
             let mut e: Vec<(&str, usize)> = cnt.into_iter().collect();
             e.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
             e.truncate(1000);
-            (name.clone(), e.into_iter().map(|p| p.0.to_string()).collect())
+            (
+                name.clone(),
+                e.into_iter().map(|p| p.0.to_string()).collect(),
+            )
         })
         .collect();
     let lay = Layout {
@@ -751,19 +887,30 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
     let nc = lay.nc();
     let kout = classes.as_ref().map_or(1, |c| c.len());
     // Queries: training then test rows.
-    let queries: Vec<u32> = train_rows.iter().chain(&test_rows).map(|&r| r as u32).collect();
+    let queries: Vec<u32> = train_rows
+        .iter()
+        .chain(&test_rows)
+        .map(|&r| r as u32)
+        .collect();
     let nq = queries.len();
 
     // Memory: the big allocations, estimated before any is made.
-    let mut needed = nq * nf * 4 * 2 + n * 64 + ds.paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
+    let mut needed =
+        nq * nf * 4 * 2 + n * 64 + ds.paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
         needed += knn::memory(train_rows.len(), nq, e.dim, 5 * k, threads);
     }
     if let Some(t) = &ds.text {
-        let bytes: usize = train_rows.iter().chain(&test_rows).map(|&r| t[r].len()).sum();
+        let bytes: usize = train_rows
+            .iter()
+            .chain(&test_rows)
+            .map(|&r| t[r].len())
+            .sum();
         // nnz ~ 2 terms per 5 bytes, 8 bytes each; the df table ~ 64 bytes per distinct term.
         let terms_est = (bytes / 3).min(text::MAX_VOCAB * 4);
-        needed += bytes / 5 * 2 * 8 + terms_est * 64 + Linear::memory(terms_est.min(text::MAX_VOCAB), kout) * (threads + 1);
+        needed += bytes / 5 * 2 * 8
+            + terms_est * 64
+            + Linear::memory(terms_est.min(text::MAX_VOCAB), kout) * (threads + 1);
     }
     needed += gbdt::memory(nq, nf, kout, threads);
     mem_check(needed, opts.max_memory_bytes)?;
@@ -784,7 +931,11 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
             // Positions (into queries) of the training rows in time order.
             let mut order: Vec<usize> = (0..ntr).collect();
             if let Some(t) = as_of {
-                order.sort_by(|&a, &b| t[train_rows[a]].total_cmp(&t[train_rows[b]]).then(a.cmp(&b)));
+                order.sort_by(|&a, &b| {
+                    t[train_rows[a]]
+                        .total_cmp(&t[train_rows[b]])
+                        .then(a.cmp(&b))
+                });
             }
             let target_of = |pos: &[usize]| -> (Vec<u32>, Vec<f64>) {
                 let (mut c, mut v) = (Vec::new(), Vec::new());
@@ -808,7 +959,11 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
                             continue;
                         }
                         let t0 = t[train_rows[block[0]]];
-                        let fitr: Vec<usize> = order.iter().copied().filter(|&p| t[train_rows[p]] < t0).collect();
+                        let fitr: Vec<usize> = order
+                            .iter()
+                            .copied()
+                            .filter(|&p| t[train_rows[p]] < t0)
+                            .collect();
                         folds.push((block, fitr));
                     }
                 }
@@ -828,7 +983,11 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
                     return None;
                 }
                 let (c, v) = target_of(fitr);
-                let y = if classes.is_some() { Target::Class(&c, nc) } else { Target::Value(&v) };
+                let y = if classes.is_some() {
+                    Target::Class(&c, nc)
+                } else {
+                    Target::Value(&v)
+                };
                 let m = Linear::fit(&csr, fitr, &y, text_fit(), sh);
                 sh.tick(1);
                 m
@@ -864,28 +1023,55 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
     }
 
     let (x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
-        features(ds, &lay, &known, &queries, &text_feats, threads, sh).ok_or(Error::Cancelled("stopped".into()))
+        features(ds, &lay, &known, &queries, &text_feats, threads, sh)
+            .ok_or(Error::Cancelled("stopped".into()))
     })?;
     drop(text_feats);
 
     // Head labels by position.
     let hy = match &ds.label {
         Labels::Category(_) => {
-            let map: HashMap<&str, u32> = lay.classes.unwrap().iter().enumerate().map(|(i, c)| (c.as_str(), i as u32)).collect();
-            let Labels::Category(v) = &ds.label else { unreachable!() };
+            let map: HashMap<&str, u32> = lay
+                .classes
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.as_str(), i as u32))
+                .collect();
+            let Labels::Category(v) = &ds.label else {
+                unreachable!()
+            };
             HeadY::Class(
-                queries.iter().map(|&q| v[q as usize].as_deref().and_then(|s| map.get(s)).copied().unwrap_or(u32::MAX)).collect(),
+                queries
+                    .iter()
+                    .map(|&q| {
+                        v[q as usize]
+                            .as_deref()
+                            .and_then(|s| map.get(s))
+                            .copied()
+                            .unwrap_or(u32::MAX)
+                    })
+                    .collect(),
                 nc,
             )
         }
-        Labels::Number(v) => HeadY::Value(queries.iter().map(|&q| v[q as usize].unwrap_or(f64::NAN)).collect()),
+        Labels::Number(v) => HeadY::Value(
+            queries
+                .iter()
+                .map(|&q| v[q as usize].unwrap_or(f64::NAN))
+                .collect(),
+        ),
     };
     let ntr = train_rows.len();
     let test_pos: Vec<usize> = (ntr..nq).collect();
     // Test rows with a class unseen in training count as wrong: map them to class index nc.
     // Validation slice: the latest training rows by as_of (else by row order); ties stay together.
     let mut order: Vec<usize> = (0..ntr).collect();
-    let t_of = |p: usize| ds.as_of.as_ref().map_or(p as f64, |a| a[queries[p] as usize]);
+    let t_of = |p: usize| {
+        ds.as_of
+            .as_ref()
+            .map_or(p as f64, |a| a[queries[p] as usize])
+    };
     order.sort_by(|&a, &b| t_of(a).total_cmp(&t_of(b)).then(a.cmp(&b)));
     let nv = (ntr as f64 * opts.validation_fraction.clamp(0.0, 0.9)).floor() as usize;
     let mut cut = ntr - nv;
@@ -914,7 +1100,8 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
     if !valid.is_empty() {
         if want_gbdt {
             let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                gbdt::Gbdt::fit(&x, nf, &gy(&hy), &early, &valid, params, threads, sh).ok_or(Error::Cancelled("stopped".into()))
+                gbdt::Gbdt::fit(&x, nf, &gy(&hy), &early, &valid, params, threads, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
             })?;
             rounds = g.rounds.max(1);
             let mut p = vec![0f32; valid.len() * kout];
@@ -925,18 +1112,25 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
         }
         if want_lin {
             let h = polled(ctl, "logistic validation", 15, |sh| {
-                fit_lin_head(&x, nf, &lay.cats, &hy, &early, sh).ok_or(Error::Cancelled("stopped".into()))
+                fit_lin_head(&x, nf, &lay.cats, &hy, &early, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
             })?;
             let head = Head::Logistic(h);
             let mut p = vec![0f32; valid.len() * kout];
             for (i, &r) in valid.iter().enumerate() {
-                head_predict(&head, &x[r * nf..(r + 1) * nf], &mut p[i * kout..(i + 1) * kout]);
+                head_predict(
+                    &head,
+                    &x[r * nf..(r + 1) * nf],
+                    &mut p[i * kout..(i + 1) * kout],
+                );
             }
             val_scores.push(("logistic".into(), p));
         }
     }
-    let val_metrics: Vec<MetricRow> =
-        val_scores.iter().map(|(a, p)| metric("predictor", a, "validation", &hy, &valid, p, kout)).collect();
+    let val_metrics: Vec<MetricRow> = val_scores
+        .iter()
+        .map(|(a, p)| metric("predictor", a, "validation", &hy, &valid, p, kout))
+        .collect();
     let pick = match opts.algorithm {
         Algorithm::Gbdt => "gbdt",
         Algorithm::Logistic => "logistic",
@@ -956,13 +1150,15 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
     let (head, importance) = if pick == "gbdt" {
         let p = gbdt::Params { rounds, ..params };
         let g = polled(ctl, "gbdt", rounds as u64, |sh| {
-            gbdt::Gbdt::fit(&x, nf, &gy(&hy), &all_train, &[], p, threads, sh).ok_or(Error::Cancelled("stopped".into()))
+            gbdt::Gbdt::fit(&x, nf, &gy(&hy), &all_train, &[], p, threads, sh)
+                .ok_or(Error::Cancelled("stopped".into()))
         })?;
         let imp = g.importance.clone();
         (Head::Gbdt(g), imp)
     } else {
         let h = polled(ctl, "logistic", 15, |sh| {
-            fit_lin_head(&x, nf, &lay.cats, &hy, &all_train, sh).ok_or(Error::Cancelled("stopped".into()))
+            fit_lin_head(&x, nf, &lay.cats, &hy, &all_train, sh)
+                .ok_or(Error::Cancelled("stopped".into()))
         })?;
         let imp = lin_importance(&h, nf);
         (Head::Logistic(h), imp)
@@ -973,11 +1169,19 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
     let (split, rows, predictor_scores) = if !test_pos.is_empty() {
         let mut p = vec![0f32; test_pos.len() * kout];
         for (i, &r) in test_pos.iter().enumerate() {
-            head_predict(&head, &x[r * nf..(r + 1) * nf], &mut p[i * kout..(i + 1) * kout]);
+            head_predict(
+                &head,
+                &x[r * nf..(r + 1) * nf],
+                &mut p[i * kout..(i + 1) * kout],
+            );
         }
         ("test", test_pos.clone(), Some(p))
     } else {
-        ("validation", valid.clone(), val_scores.iter().find(|v| v.0 == pick).map(|v| v.1.clone()))
+        (
+            "validation",
+            valid.clone(),
+            val_scores.iter().find(|v| v.0 == pick).map(|v| v.1.clone()),
+        )
     };
     let base_rows: &[usize] = if split == "test" { &all_train } else { &early };
     if !rows.is_empty() {
@@ -1007,7 +1211,8 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
                 "majority"
             }
             HeadY::Value(v) => {
-                let m = base_rows.iter().map(|&r| v[r]).sum::<f64>() / base_rows.len().max(1) as f64;
+                let m =
+                    base_rows.iter().map(|&r| v[r]).sum::<f64>() / base_rows.len().max(1) as f64;
                 p.iter_mut().for_each(|x| *x = m as f32);
                 "mean"
             }
@@ -1032,28 +1237,46 @@ pub fn train(ds: &Dataset, roles: &[Role], opts: &TrainOptions, ctl: &dyn Contro
         importance,
         threads,
     };
-    Ok(Trained { model, report, feature_names })
+    Ok(Trained {
+        model,
+        report,
+        feature_names,
+    })
 }
 
 /// Predicts the `targets` (row indices of `ds`, which must have the columns the model was
 /// trained with): features from every labelled row of `ds` (the target itself excluded; with
 /// as_of only strictly earlier rows). Results in the order of `targets`.
-pub fn predict(model: &Model, ds: &Dataset, targets: &[u32], ctl: &dyn Control) -> Result<Vec<Prediction>, Error> {
+pub fn predict(
+    model: &Model,
+    ds: &Dataset,
+    targets: &[u32],
+    ctl: &dyn Control,
+) -> Result<Vec<Prediction>, Error> {
     let n = check_shapes(ds)?;
     if let Some(&t) = targets.iter().find(|&&t| t as usize >= n) {
-        return Err(Error::Invalid(format!("target row {t} is out of range (n = {n})")));
+        return Err(Error::Invalid(format!(
+            "target row {t} is out of range (n = {n})"
+        )));
     }
     let names_num: Vec<String> = ds.numbers.iter().map(|p| p.0.clone()).collect();
     let names_cat: Vec<String> = ds.categories.iter().map(|p| p.0.clone()).collect();
     let names_path: Vec<String> = ds.paths.iter().map(|p| p.name.clone()).collect();
     if names_num != model.numbers
-        || names_cat != model.categories.iter().map(|c| c.0.clone()).collect::<Vec<_>>()
+        || names_cat
+            != model
+                .categories
+                .iter()
+                .map(|c| c.0.clone())
+                .collect::<Vec<_>>()
         || names_path != model.paths
         || ds.embedding.is_some() != model.has_knn
         || ds.text.is_some() != model.text.is_some()
         || matches!(ds.label, Labels::Category(_)) != model.classes.is_some()
     {
-        return Err(Error::Model("the dataset does not have the columns the model was trained with".into()));
+        return Err(Error::Model(
+            "the dataset does not have the columns the model was trained with".into(),
+        ));
     }
     let known = known_labels(ds, model.classes.as_deref(), |_| true);
     let lay = Layout {
@@ -1103,9 +1326,21 @@ pub fn predict(model: &Model, ds: &Dataset, targets: &[u32], ctl: &dyn Control) 
             label: None,
             value: None,
             confidence: None,
-            neighbours: neigh[qi].iter().take(model.k).map(|&(j, s)| (j, s as f64)).collect(),
-            history: model.paths.iter().cloned().zip(hist[qi].iter().copied()).collect(),
-            top_features: top.iter().map(|&f| (model.feature_names[f].clone(), row[f] as f64)).collect(),
+            neighbours: neigh[qi]
+                .iter()
+                .take(model.k)
+                .map(|&(j, s)| (j, s as f64))
+                .collect(),
+            history: model
+                .paths
+                .iter()
+                .cloned()
+                .zip(hist[qi].iter().copied())
+                .collect(),
+            top_features: top
+                .iter()
+                .map(|&f| (model.feature_names[f].clone(), row[f] as f64))
+                .collect(),
         };
         match &model.classes {
             Some(c) => {

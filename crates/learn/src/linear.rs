@@ -17,7 +17,12 @@ pub(crate) struct Csr {
 
 impl Csr {
     pub fn new(dim: usize) -> Csr {
-        Csr { ptr: vec![0], idx: Vec::new(), val: Vec::new(), dim }
+        Csr {
+            ptr: vec![0],
+            idx: Vec::new(),
+            val: Vec::new(),
+            dim,
+        }
     }
     pub fn push(&mut self, idx: &[u32], val: &[f32]) {
         self.idx.extend_from_slice(idx);
@@ -90,7 +95,15 @@ impl Linear {
             _ => (0.0, 1.0),
         };
         let dim = x.dim;
-        let mut m = Linear { dim, k, w: vec![0.0; dim * k], b: vec![0.0; k], softmax: softmax_on, y_mean, y_std };
+        let mut m = Linear {
+            dim,
+            k,
+            w: vec![0.0; dim * k],
+            b: vec![0.0; k],
+            softmax: softmax_on,
+            y_mean,
+            y_std,
+        };
         // Class priors as the starting biases.
         if let Target::Class(c, _) = y {
             let mut cnt = vec![1.0f32; k];

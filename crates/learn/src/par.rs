@@ -33,7 +33,10 @@ pub(crate) fn polled<R: Send>(
     f: impl FnOnce(&Shared) -> Result<R, Error> + Send,
 ) -> Result<R, Error> {
     ctl.check()?;
-    let shared = Shared { stop: AtomicBool::new(false), done: AtomicU64::new(0) };
+    let shared = Shared {
+        stop: AtomicBool::new(false),
+        done: AtomicU64::new(0),
+    };
     std::thread::scope(|s| {
         let sh = &shared;
         let h = s.spawn(move || f(sh));
@@ -104,7 +107,9 @@ pub(crate) fn par_map<R: Send>(
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
     for part in parts {
         for (i, r) in part {

@@ -18,7 +18,9 @@ impl Control for CancelAfter {
     fn check(&self) -> Result<(), Error> {
         self.calls.set(self.calls.get() + 1);
         if self.calls.get() > self.after {
-            Err(Error::Cancelled("canceling statement due to user request".into()))
+            Err(Error::Cancelled(
+                "canceling statement due to user request".into(),
+            ))
         } else {
             Ok(())
         }
@@ -49,32 +51,63 @@ fn synth(n: usize, with_time: bool) -> Dataset {
         label.push(Some(classes[c].to_string()));
         let w = ["apple", "leaf", "sky"][c];
         let noise = ["foo", "bar", "baz", "qux"][(rng(&mut s) * 4.0) as usize % 4];
-        text.push(if rng(&mut s) < 0.7 { format!("{w} {noise} thing") } else { format!("{noise} thing") });
+        text.push(if rng(&mut s) < 0.7 {
+            format!("{w} {noise} thing")
+        } else {
+            format!("{noise} thing")
+        });
         for d in 0..dim {
             data.push(if d == c { 1.0 } else { 0.0 } + rng(&mut s) as f32);
         }
         pairs.push((i as u32, (c * 10 + (rng(&mut s) * 10.0) as usize) as u64));
         pairs.push((i as u32, 100 + (rng(&mut s) * 30.0) as u64));
-        num.push(if i % 7 == 0 { None } else { Some(c as f64 + rng(&mut s)) });
+        num.push(if i % 7 == 0 {
+            None
+        } else {
+            Some(c as f64 + rng(&mut s))
+        });
         cat.push(Some(["x", "y"][i % 2].to_string()));
     }
     Dataset {
-        as_of: if with_time { Some((0..n).map(|i| (i / 3) as f64).collect()) } else { None },
+        as_of: if with_time {
+            Some((0..n).map(|i| (i / 3) as f64).collect())
+        } else {
+            None
+        },
         label: Labels::Category(label),
         text: Some(text),
-        embedding: Some(Embeddings { dim, data, present: vec![true; n] }),
-        paths: vec![GroupPath { name: "person".into(), pairs }],
+        embedding: Some(Embeddings {
+            dim,
+            data,
+            present: vec![true; n],
+        }),
+        paths: vec![GroupPath {
+            name: "person".into(),
+            pairs,
+        }],
         numbers: vec![("runtime".into(), num)],
         categories: vec![("kind".into(), cat)],
     }
 }
 
 fn roles(n: usize) -> Vec<Role> {
-    (0..n).map(|i| if i < n * 3 / 4 { Role::Train } else { Role::Test }).collect()
+    (0..n)
+        .map(|i| {
+            if i < n * 3 / 4 {
+                Role::Train
+            } else {
+                Role::Test
+            }
+        })
+        .collect()
 }
 
 fn opts(a: Algorithm) -> TrainOptions {
-    TrainOptions { algorithm: a, threads: 2, ..Default::default() }
+    TrainOptions {
+        algorithm: a,
+        threads: 2,
+        ..Default::default()
+    }
 }
 
 /// Features of the training + test rows as train computes them (via the internal pieces).
@@ -93,8 +126,13 @@ fn feats(ds: &Dataset, roles: &[Role]) -> (Vec<u32>, Vec<f32>, usize) {
         numbers: vec!["runtime".into()],
         cats: vec![("kind".into(), vec!["x".into(), "y".into()])],
     };
-    let q: Vec<u32> = (0..n as u32).filter(|&i| roles[i as usize] != Role::Ignore).collect();
-    let sh = par::Shared { stop: Default::default(), done: Default::default() };
+    let q: Vec<u32> = (0..n as u32)
+        .filter(|&i| roles[i as usize] != Role::Ignore)
+        .collect();
+    let sh = par::Shared {
+        stop: Default::default(),
+        done: Default::default(),
+    };
     let (x, _, _) = features(ds, &lay, &known, &q, &[], 2, &sh).unwrap();
     (q, x, lay.nf())
 }
@@ -118,7 +156,10 @@ fn test_label_never_reaches_features() {
         }
     }
     let (_, x1, _) = feats(&ds2, &r);
-    assert!(x0.iter().zip(&x1).all(|(a, b)| same(*a, *b)), "a test label changed some feature");
+    assert!(
+        x0.iter().zip(&x1).all(|(a, b)| same(*a, *b)),
+        "a test label changed some feature"
+    );
     // And through train(): the text OOF features and the test rows' predictions stay the same.
     let a = train(&ds, &r, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
     let b = train(&ds2, &r, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
@@ -142,19 +183,32 @@ fn later_label_never_reaches_earlier_features() {
     for (qi, &row) in q.iter().enumerate() {
         if row < 240 {
             for f in 0..nf {
-                assert!(same(x0[qi * nf + f], x1[qi * nf + f]), "row {row} feature {f} saw a later label");
+                assert!(
+                    same(x0[qi * nf + f], x1[qi * nf + f]),
+                    "row {row} feature {f} saw a later label"
+                );
             }
         }
     }
     // Ties: rows 240..242 share as_of 80: changing row 241 must not change row 240 or 242.
     let mut ds3 = synth(n, true);
     if let Labels::Category(v) = &mut ds3.label {
-        v[241] = Some(if v[241].as_deref() == Some("blue") { "red" } else { "blue" }.into());
+        v[241] = Some(
+            if v[241].as_deref() == Some("blue") {
+                "red"
+            } else {
+                "blue"
+            }
+            .into(),
+        );
     }
     let (_, x3, _) = feats(&ds3, &r);
     for row in [240usize, 242] {
         for f in 0..nf {
-            assert!(same(x0[row * nf + f], x3[row * nf + f]), "tie row {row} feature {f} saw row 241");
+            assert!(
+                same(x0[row * nf + f], x3[row * nf + f]),
+                "tie row {row} feature {f} saw row 241"
+            );
         }
     }
     // And the text view: a model trained with the later labels changed has the same OOF text
@@ -164,7 +218,10 @@ fn later_label_never_reaches_earlier_features() {
 #[test]
 fn history_counts_are_strictly_earlier() {
     // Rows 0,1 at t=0, row 2 at t=1, all in group 7.
-    let p = GroupPath { name: "g".into(), pairs: vec![(0, 7), (1, 7), (2, 7)] };
+    let p = GroupPath {
+        name: "g".into(),
+        pairs: vec![(0, 7), (1, 7), (2, 7)],
+    };
     let known = vec![Some(Y::Class(0)), Some(Y::Class(1)), Some(Y::Class(1))];
     let c = history::counts(&p, 3, Some(&[0.0, 0.0, 1.0]), &known, 2);
     assert_eq!(&c[0..2], &[0.0, 0.0]);
@@ -181,7 +238,10 @@ fn knn_is_strictly_earlier_and_exact() {
     let ds = synth(200, true);
     let emb = ds.embedding.as_ref().unwrap();
     let known = vec![true; 200];
-    let sh = par::Shared { stop: Default::default(), done: Default::default() };
+    let sh = par::Shared {
+        stop: Default::default(),
+        done: Default::default(),
+    };
     let t = ds.as_of.as_deref().unwrap();
     let qs: Vec<u32> = (0..200).collect();
     let res = knn::search(emb, Some(t), &known, &qs, 5, 2, &sh).unwrap();
@@ -217,7 +277,10 @@ fn one_class_is_invalid() {
         Ok(_) => panic!("trained on one class"),
     }
     let r = vec![Role::Test; 50];
-    assert!(matches!(train(&synth(50, false), &r, &opts(Algorithm::Auto), &NoCtl), Err(Error::Invalid(_))));
+    assert!(matches!(
+        train(&synth(50, false), &r, &opts(Algorithm::Auto), &NoCtl),
+        Err(Error::Invalid(_))
+    ));
 }
 
 #[test]
@@ -225,7 +288,10 @@ fn cancel_returns_cancelled() {
     let ds = synth(3000, true);
     let r = roles(3000);
     for after in [0, 3, 20] {
-        let ctl = CancelAfter { after, calls: Cell::new(0) };
+        let ctl = CancelAfter {
+            after,
+            calls: Cell::new(0),
+        };
         let t0 = std::time::Instant::now();
         match train(&ds, &r, &opts(Algorithm::Auto), &ctl) {
             Err(Error::Cancelled(_)) => {}
@@ -239,7 +305,10 @@ fn cancel_returns_cancelled() {
 #[test]
 fn memory_limit() {
     let ds = synth(500, true);
-    let o = TrainOptions { max_memory_bytes: 10_000, ..opts(Algorithm::Auto) };
+    let o = TrainOptions {
+        max_memory_bytes: 10_000,
+        ..opts(Algorithm::Auto)
+    };
     match train(&ds, &roles(500), &o, &NoCtl) {
         Err(Error::Memory { needed, limit }) => assert!(needed > limit && limit == 10_000),
         Err(e) => panic!("{e}"),
@@ -254,7 +323,11 @@ fn bytes_round_trip_and_quality() {
     let r = roles(n);
     for a in [Algorithm::Gbdt, Algorithm::Logistic, Algorithm::Auto] {
         let t = train(&ds, &r, &opts(a), &NoCtl).unwrap();
-        let pred = t.report.iter().find(|m| m.method == "predictor" && m.split == "test").unwrap();
+        let pred = t
+            .report
+            .iter()
+            .find(|m| m.method == "predictor" && m.split == "test")
+            .unwrap();
         let base = t.report.iter().find(|m| m.method == "baseline").unwrap();
         assert!(pred.accuracy.unwrap() > 0.8, "{a:?}: {:?}", t.report);
         assert!(base.accuracy.unwrap() < 0.5);
@@ -263,11 +336,16 @@ fn bytes_round_trip_and_quality() {
         let m2 = Model::from_bytes(&t.model.to_bytes()).unwrap();
         let p2 = predict(&m2, &ds, &targets, &NoCtl).unwrap();
         // Debug text: NaN feature values compare unequal with ==.
-        assert!(format!("{p1:?}") == format!("{p2:?}"), "predictions differ after the round trip");
+        assert!(
+            format!("{p1:?}") == format!("{p2:?}"),
+            "predictions differ after the round trip"
+        );
         assert_eq!(p1[0].neighbours.len(), 10);
         assert_eq!(p1[0].history.len(), 1);
         assert!(!p1[0].top_features.is_empty());
-        assert!(m2.classes().unwrap().len() == 3 && m2.feature_names().len() == t.feature_names.len());
+        assert!(
+            m2.classes().unwrap().len() == 3 && m2.feature_names().len() == t.feature_names.len()
+        );
     }
     assert!(Model::from_bytes(b"nonsense").is_err());
 }
@@ -276,18 +354,34 @@ fn bytes_round_trip_and_quality() {
 fn number_labels() {
     let n = 600;
     let mut ds = synth(n, true);
-    let Labels::Category(v) = &ds.label else { panic!() };
+    let Labels::Category(v) = &ds.label else {
+        panic!()
+    };
     let nums: Vec<Option<f64>> = v
         .iter()
         .enumerate()
-        .map(|(i, l)| if i % 11 == 0 { None } else { Some(match l.as_deref() { Some("red") => 10.0, Some("green") => 20.0, _ => 30.0 }) })
+        .map(|(i, l)| {
+            if i % 11 == 0 {
+                None
+            } else {
+                Some(match l.as_deref() {
+                    Some("red") => 10.0,
+                    Some("green") => 20.0,
+                    _ => 30.0,
+                })
+            }
+        })
         .collect();
     ds.label = Labels::Number(nums);
     for a in [Algorithm::Gbdt, Algorithm::Logistic, Algorithm::Auto] {
         let t = train(&ds, &roles(n), &opts(a), &NoCtl).unwrap();
         let pred = t.report.iter().find(|m| m.method == "predictor").unwrap();
         let base = t.report.iter().find(|m| m.method == "baseline").unwrap();
-        assert!(pred.mae.unwrap() < base.mae.unwrap() / 2.0, "{a:?} {:?}", t.report);
+        assert!(
+            pred.mae.unwrap() < base.mae.unwrap() / 2.0,
+            "{a:?} {:?}",
+            t.report
+        );
         assert!(t.model.classes().is_none());
         let p = predict(&t.model, &ds, &[599, 598], &NoCtl).unwrap();
         assert!(p[0].value.is_some() && p[0].label.is_some());
@@ -299,16 +393,29 @@ fn number_labels() {
 #[test]
 #[ignore]
 fn knn_timing() {
-    let n: usize = std::env::var("KNN_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let n: usize = std::env::var("KNN_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
     let dim = 384;
     let mut s = 99u64;
     let data: Vec<f32> = (0..n * dim).map(|_| rng(&mut s) as f32 - 0.5).collect();
-    let emb = Embeddings { dim, data, present: vec![true; n] };
+    let emb = Embeddings {
+        dim,
+        data,
+        present: vec![true; n],
+    };
     let t: Vec<f64> = (0..n).map(|i| i as f64).collect();
-    let sh = par::Shared { stop: Default::default(), done: Default::default() };
+    let sh = par::Shared {
+        stop: Default::default(),
+        done: Default::default(),
+    };
     let qs: Vec<u32> = (0..n as u32).collect();
     let t0 = std::time::Instant::now();
     let r = knn::search(&emb, Some(&t), &vec![true; n], &qs, 50, 2, &sh).unwrap();
-    eprintln!("knn {n} x {dim}, k=50, 2 threads: {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "knn {n} x {dim}, k=50, 2 threads: {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
     assert_eq!(r[n - 1].len(), 50);
 }
