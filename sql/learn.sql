@@ -129,7 +129,8 @@ $$;
 -- ("film_person.person_id": rows linked to the same person). Typed columns: tbl's own numbers,
 -- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
 -- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
--- columns and its parents' ("track_id.name"), chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
+-- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
+-- chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
 -- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
 -- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
 -- does not exist (DETAIL lists those found).
@@ -305,6 +306,31 @@ BEGIN
                     (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
                 group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ','));
                 used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ','));
+            END IF;
+            -- The grandparent's text (a track's album title) joins the row's text too.
+            ptx := '{}';
+            FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
+                       FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                      WHERE att.attrelid = fk2.ref AND att.attnum > 0 AND NOT att.attisdropped
+                        AND t.typcategory IN ('S', 'E')
+                        AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk2.ref
+                                           AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
+                        AND has_column_privilege(fk2.ref, att.attnum, 'SELECT')
+                      ORDER BY att.attnum LOOP
+                found_cols := found_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('CAST(g.%I AS pg_catalog.text)', a.attname);
+                    used_cols := used_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                    sig := sig || jsonb_build_array(jsonb_build_array(fk2.ref::text, a.attname, a.sql_type));
+                END IF;
+            END LOOP;
+            IF cardinality(ptx) > 0 THEN
+                texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                    array_to_string(ptx, ', '), fk.ref, fk2.ref,
+                    (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
             END IF;
         END LOOP;
     END LOOP;
