@@ -4,7 +4,7 @@
 -- predictions current (tributary_predict_job_create / _drop; sql/learn_jobs.sql). Nothing of 0.8.1
 -- changes; tributary._job_call takes the two new operations in the library.
 
--- src/api/learn.rs:386
+-- src/api/learn.rs:416
 -- tributary::api::learn::_predict_record
 CREATE  FUNCTION "_predict_record"(
 	"predictor" TEXT, /* Option < & str > */
@@ -18,7 +18,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_predict_record_wrapper';
 
--- src/api/learn.rs:512
+-- src/api/learn.rs:553
 -- tributary::api::learn::tributary_drop_predictor
 CREATE  FUNCTION "tributary_drop_predictor"(
 	"predictor" TEXT /* Option < & str > */
@@ -27,7 +27,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tributary_drop_predictor_wrapper';
 
--- src/api/learn.rs:270
+-- src/api/learn.rs:287
 -- tributary::api::learn::tributary_predict_column
 CREATE  FUNCTION "tributary_predict_column"(
 	"predictor" TEXT, /* Option < & str > */
@@ -38,7 +38,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tributary_predict_column_predictor_wrapper';
 
--- src/api/learn.rs:65
+-- src/api/learn.rs:74
 -- tributary::api::learn::tributary_train
 CREATE  FUNCTION "tributary_train"(
 	"predictor" TEXT, /* Option < & str > */
@@ -197,7 +197,8 @@ $$;
 -- ("film_person.person_id": rows linked to the same person). Typed columns: tbl's own numbers,
 -- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
 -- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
--- columns and its parents' ("track_id.name"), chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
+-- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
+-- chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
 -- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
 -- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
 -- does not exist (DETAIL lists those found).
@@ -373,6 +374,31 @@ BEGIN
                     (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
                 group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ','));
                 used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ','));
+            END IF;
+            -- The grandparent's text (a track's album title) joins the row's text too.
+            ptx := '{}';
+            FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
+                       FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                      WHERE att.attrelid = fk2.ref AND att.attnum > 0 AND NOT att.attisdropped
+                        AND t.typcategory IN ('S', 'E')
+                        AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk2.ref
+                                           AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
+                        AND has_column_privilege(fk2.ref, att.attnum, 'SELECT')
+                      ORDER BY att.attnum LOOP
+                found_cols := found_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('CAST(g.%I AS pg_catalog.text)', a.attname);
+                    used_cols := used_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                    sig := sig || jsonb_build_array(jsonb_build_array(fk2.ref::text, a.attname, a.sql_type));
+                END IF;
+            END LOOP;
+            IF cardinality(ptx) > 0 THEN
+                texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                    array_to_string(ptx, ', '), fk.ref, fk2.ref,
+                    (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
             END IF;
         END LOOP;
     END LOOP;
