@@ -129,6 +129,13 @@ def test_update_from_0_1_0(env):
         c.execute("INSERT INTO more VALUES (1, 'oak tree'), (2, 'red wine')")
         new = c.execute("SELECT tributary_job_create('more', '{body}', 'e')").fetchone()[0]
         wait_until(lambda j: job(c, j), new, lambda j: j["state"] == "done", 60, "new job done")
+        # A predictor (0.9.0) trained and applied in the updated database, over the rows embedded
+        # by the job made under 0.1.0.
+        c.execute("ALTER TABLE notes ADD COLUMN kind text, ADD COLUMN guess text")
+        c.execute("UPDATE notes SET kind = CASE WHEN id % 2 = 0 THEN 'even' ELSE 'odd' END WHERE id < 5")
+        c.execute("SELECT * FROM tributary_train('upd_p', 'notes', 'kind', 'e', algorithm => 'logistic')")
+        assert c.execute("SELECT training_rows FROM tributary.predictors WHERE name = 'upd_p'").fetchone()[0] == 4
+        assert c.execute("SELECT tributary_predict_column('upd_p', 'guess')").fetchone()[0] == 1
         updated = [r[0] for r in c.execute(DESCRIBE)]
 
     with db(env, FRESH) as c:
