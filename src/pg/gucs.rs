@@ -180,6 +180,13 @@ static EXECUTION_PROVIDER: GucSetting<ExecutionProvider> =
 static mut MAX_BATCH_TOKENS: c_int = 2048;
 /// 0 lets ONNX Runtime use one thread per physical core. Raised only by a superuser.
 static mut INTRA_OP_THREADS: c_int = 0;
+/// Threads one `tributary_train` / prediction call may use (the calling backend's thread
+/// included; the others never call into PostgreSQL). Anyone lower, a superuser higher.
+static mut LEARN_THREADS: c_int = 2;
+/// Memory one `tributary_train` / prediction call may hold for its data and model, in kB
+/// (shown and set in MB, GB, ...); past it the call fails with 54000 before allocating.
+/// Anyone lower, a superuser higher.
+static mut LEARN_MEMORY: c_int = 1024 * 1024;
 /// Texts one call may embed (`tributary_embed(text[])`, a job's or a column's batch). The
 /// output alone is `texts x dimension x 4` bytes (1.5 kB per text at 384 dimensions), and a
 /// `vector[]` result cannot exceed 1 GB anyway (about 690,000 vectors of 384 dimensions).
@@ -213,34 +220,8 @@ static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
 static JOB_POLL_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Attempts at one row before a job gives up on it (the row stays in tributary.job_errors).
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(5);
-/// Threads one `tributary_train` / prediction call may use (the calling backend's thread
-/// included; the others never call into PostgreSQL).
-static LEARN_THREADS: GucSetting<i32> = GucSetting::<i32>::new(2);
-/// Memory one `tributary_train` / prediction call may hold for its data and model, in kB
-/// (shown and set in MB, GB, ...); past it the call fails with 54000 before allocating.
-static LEARN_MEMORY: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
 
 pub fn init() {
-    GucRegistry::define_int_guc(
-        c"tributary.learn_threads",
-        c"Threads one tributary_train or prediction call may use.",
-        c"Only the calling backend's own thread calls into PostgreSQL; the others compute features and fit trees.",
-        &LEARN_THREADS,
-        1,
-        64,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"tributary.learn_memory",
-        c"Memory one tributary_train or prediction call may hold for its rows, features and model.",
-        c"Past it the call fails (54000) before it allocates more.",
-        &LEARN_MEMORY,
-        64 * 1024,
-        i32::MAX,
-        GucContext::Userset,
-        GucFlags::UNIT_KB,
-    );
     GucRegistry::define_int_guc(
         c"tributary.max_workers",
         c"Most background workers running tributary jobs at once, across all databases.",
@@ -331,6 +312,34 @@ pub fn init() {
             pg_sys::GucContext::PGC_USERSET,
             0,
             Some(check_intra_op_threads),
+            None,
+            None,
+        );
+        pg_sys::DefineCustomIntVariable(
+            c"tributary.learn_threads".as_ptr(),
+            c"Threads one tributary_train or prediction call may use.".as_ptr(),
+            c"Only the calling backend's own thread calls into PostgreSQL. Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(LEARN_THREADS),
+            2,
+            1,
+            64,
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_learn_threads),
+            None,
+            None,
+        );
+        pg_sys::DefineCustomIntVariable(
+            c"tributary.learn_memory".as_ptr(),
+            c"Memory one tributary_train or prediction call may hold for its rows, features and model.".as_ptr(),
+            c"Past it the call fails (54000) before it allocates more. Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(LEARN_MEMORY),
+            1024 * 1024,
+            64 * 1024,
+            i32::MAX,
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GUC_UNIT_KB as c_int,
+            Some(check_learn_memory),
             None,
             None,
         );
@@ -749,6 +758,36 @@ unsafe extern "C-unwind" fn check_intra_op_threads(
 }
 
 #[pg_guard]
+unsafe extern "C-unwind" fn check_learn_threads(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: as above.
+    no_raise(
+        c"tributary.learn_threads",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+    )
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_learn_memory(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: as above.
+    no_raise(
+        c"tributary.learn_memory",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+    )
+}
+
+#[pg_guard]
 unsafe extern "C-unwind" fn check_max_texts_per_call(
     newval: *mut c_int,
     _extra: *mut *mut c_void,
@@ -880,12 +919,14 @@ pub fn job_max_attempts() -> i32 {
 
 /// `tributary.learn_threads`.
 pub fn learn_threads() -> usize {
-    LEARN_THREADS.get().max(1) as usize
+    // SAFETY: plain read of a setting of this backend.
+    unsafe { LEARN_THREADS.max(1) as usize }
 }
 
 /// `tributary.learn_memory`, in bytes.
 pub fn learn_memory_bytes() -> usize {
-    LEARN_MEMORY.get().max(0) as usize * 1024
+    // SAFETY: as above.
+    unsafe { LEARN_MEMORY.max(0) as usize * 1024 }
 }
 
 pub fn progress_interval_ms() -> u64 {
