@@ -560,6 +560,32 @@ def tributary_rows(d: Data, dsn: str, k: int) -> list[dict]:
     return out
 
 
+def export(d: Data, path: Path) -> None:
+    """The dataset as crates/learn/examples/dataset.rs reads it (test labels kept: train() masks
+    them by role): as_of as a number (datetimes in days), the text, the history paths as
+    (row index, group id), the numbers and categories the stack uses."""
+    rows = d.rows.reset_index(drop=True)
+    t = rows["as_of"]
+    as_of = (t - pd.Timestamp(0)).dt.total_seconds() / 86400 if t.dtype.kind == "M" else t.astype(float)
+    index = {k: i for i, k in enumerate(rows[d.key])}
+    groups: dict = {}
+
+    def pairs(side):
+        out = []
+        for k, g in zip(side[d.key], side["group"]):
+            if k in index and pd.notna(g):
+                out.append([index[k], groups.setdefault(g, len(groups) + 1)])
+        return out
+    nan = lambda v: None if pd.isna(v) else v
+    js = {"as_of": as_of.tolist(), "label": rows["label"].astype(str).tolist(),
+          "role": np.where(test_mask(d), "test", "train").tolist(), "text": rows["text"].astype(str).tolist(),
+          "paths": {name: pairs(side) for name, (side, _other) in d.paths.items()},
+          "numbers": {c: [nan(v) for v in rows[c].astype(float)] for c in d.numeric},
+          "categories": {c: [nan(v) for v in rows[c].astype("string")] for c in d.categorical}}
+    path.write_text(json.dumps(js))
+    print(f"exported {len(rows)} rows to {path}", file=sys.stderr)
+
+
 # ------------------------------------------------------------------------------------------ main
 
 def main(argv=None) -> int:
@@ -570,6 +596,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--no-tributary", action="store_true", help="the Python baselines only (no database)")
+    ap.add_argument("--export", type=Path, help="write the dataset for crates/learn/examples/dataset.rs and stop")
     a = ap.parse_args(argv)
     json_path = a.json or ROOT / f"benches/results/learn_{a.dataset}.json"
 
@@ -579,6 +606,9 @@ def main(argv=None) -> int:
     print(f"{a.dataset}: {len(d.rows)} labelled rows, {d.rows['label'].nunique()} classes, test = {d.as_of} >= "
           f"{d.split_at}: {n_test} rows ({100 * n_test / len(d.rows):.1f}%); read in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr, flush=True)
+    if a.export:
+        export(d, a.export)
+        return 0
     results = []
     if a.no_tributary:
         results.append({"method": "tributary", "note": "not run (--no-tributary)"})
