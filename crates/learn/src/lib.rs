@@ -582,7 +582,8 @@ fn known_labels(
 }
 
 /// Text model settings: 10 epochs, Adagrad step 0.3, L2 1e-5 (chosen on the films check,
-/// examples/films.rs: test accuracy 0.437 vs 0.425 with 6 epochs and L2 1e-4).
+/// the examples/films.rs of 0.9.0 (now examples/dataset.rs): test accuracy 0.437 vs 0.425 with
+/// 6 epochs and L2 1e-4).
 fn text_fit() -> Fit {
     Fit {
         epochs: 10,
