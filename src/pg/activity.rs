@@ -117,6 +117,11 @@ static MINE: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 thread_local! {
     static LAST_MEMORY_READ: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Runs that had to wait for a CPU run slot, and the time waited (µs), of this backend
+    /// (src/pg/admission.rs reports them through [`note_waited`]).
+    static WAITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The priority of this backend's current or last call on the CPU ([`note_priority`]).
+    static LAST_PRIORITY: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
 
 /// From `_PG_init` while preload libraries load.
@@ -221,7 +226,7 @@ pub fn record_call(call: &Call<'_>) {
         last.set(Some(Instant::now()));
         memory_kb()
     });
-    let (waits, wait_us) = super::admission::waits();
+    let (waits, wait_us) = WAITS.with(Cell::get);
     // SAFETY: plain call; returns the current transaction's or the statement's time.
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
     with_mine(|e| {
@@ -234,14 +239,27 @@ pub fn record_call(call: &Call<'_>) {
         e.run_us += call.run_time.as_micros() as u64;
         e.cpu_waits = waits;
         e.cpu_wait_us = wait_us;
-        if let Some(class) = super::admission::last_class() {
-            copy_name(&mut e.priority, class.name());
+        if let Some(priority) = LAST_PRIORITY.with(Cell::get) {
+            copy_name(&mut e.priority, priority);
         }
         e.last_call = now;
         if let Some((private, shared)) = memory {
             e.private_kb = private;
             e.shared_kb = shared;
         }
+    });
+}
+
+/// A call on the CPU runs at `priority` (src/pg/admission.rs reports it; shown as `priority`).
+pub fn note_priority(priority: &'static str) {
+    LAST_PRIORITY.with(|c| c.set(Some(priority)));
+}
+
+/// A run waited `waited` for a CPU run slot (counted as `cpu_waits`, `cpu_wait_us`).
+pub fn note_waited(waited: Duration) {
+    WAITS.with(|w| {
+        let (n, us) = w.get();
+        w.set((n + 1, us + waited.as_micros() as u64));
     });
 }
 

@@ -44,10 +44,6 @@ use super::gucs::{self, CpuOverflow, Priority};
 thread_local! {
     /// The slot this backend holds, if any.
     static HELD: Cell<Option<u32>> = const { Cell::new(None) };
-    /// Runs that had to wait for a slot, and the time waited (µs), for tributary.stat_activity.
-    static WAITS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    /// The priority of this backend's current or last call.
-    static LAST_CLASS: Cell<Option<Class>> = const { Cell::new(None) };
 }
 
 /// `pg_locks.objsubid` of CPU run slots (GPU slots use 2).
@@ -213,16 +209,6 @@ fn higher_waiting(class: Class) -> bool {
     class.higher().iter().any(|&c| InQueue::occupied(c))
 }
 
-/// Runs that waited for a slot in this backend, and the time they waited (µs).
-pub fn waits() -> (u64, u64) {
-    WAITS.with(Cell::get)
-}
-
-/// The priority of this backend's current or last call on the CPU.
-pub fn last_class() -> Option<Class> {
-    LAST_CLASS.with(Cell::get)
-}
-
 /// Sleeps `ms` on this backend's latch, then checks for interrupts.
 fn nap(ms: i64) {
     // SAFETY: standard latch wait on this process's latch; interrupts are checked right after.
@@ -251,7 +237,7 @@ impl CpuRuns {
     /// (`on_cpu`); a GPU session's calls take no CPU slot.
     pub fn new(on_cpu: bool, class: Class) -> Self {
         if on_cpu {
-            LAST_CLASS.with(|c| c.set(Some(class)));
+            super::activity::note_priority(class.name());
         }
         CpuRuns {
             active: on_cpu,
@@ -352,11 +338,7 @@ impl CpuRuns {
             nap(if at == Class::Interactive { 1 } else { 2 });
         }
         drop(queue);
-        let waited = started.elapsed().as_micros() as u64;
-        WAITS.with(|w| {
-            let (n, us) = w.get();
-            w.set((n + 1, us + waited));
-        });
+        super::activity::note_waited(started.elapsed());
     }
 }
 

@@ -4,15 +4,24 @@
 //! session's work (`priority`, `interactive_tokens`), are user-settable downwards only: a role
 //! that is not a superuser may set them at most to their reset value (the server
 //! configuration's, or what a superuser set with ALTER ROLE / ALTER DATABASE); above that a SET
-//! fails with 42501 ([`no_raise`]).
+//! fails with 42501 (`no_raise` in src/pg/gucs/limits.rs).
+//!
+//! Those check hooks and settings are in src/pg/gucs/limits.rs, the GPU settings in
+//! src/pg/gucs/gpu.rs; the rest of the code calls every accessor as `gucs::name`.
 
-use std::ffi::{c_int, c_void, CStr, CString};
+mod gpu;
+mod limits;
+
+use std::ffi::CString;
 use std::path::PathBuf;
 
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 
 use crate::engine::ProviderChoice;
+
+pub use gpu::*;
+pub use limits::*;
 
 /// `tributary.execution_provider`.
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
@@ -25,20 +34,6 @@ pub enum ExecutionProvider {
     Cuda,
     #[name = c"tensorrt"]
     TensorRt,
-}
-
-/// `tributary.gpu_overflow`: what a backend does when every GPU slot is taken.
-#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
-pub enum GpuOverflow {
-    /// Run this backend's session on the CPU provider (the stats say so).
-    #[name = c"cpu"]
-    Cpu,
-    /// Wait for a slot (interruptible; lock_timeout and statement_timeout apply).
-    #[name = c"wait"]
-    Wait,
-    /// Raise 53400 configuration_limit_exceeded.
-    #[name = c"error"]
-    Error,
 }
 
 /// `tributary.truncation`: what happens to a text longer than the model's window (its tokens,
@@ -67,97 +62,27 @@ pub enum CpuOverflow {
     Error,
 }
 
-/// `tributary.priority`: the queue a call's CPU runs wait in when every run slot is taken
-/// (src/pg/admission.rs). Ordered: a role that is not a superuser may set it at most to its
-/// reset value (`auto` unless a superuser set otherwise), so it can lower its own work, never
-/// raise it.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-pub enum Priority {
-    /// Runs after interactive and bulk work; what jobs' background workers run at under `auto`.
-    Background = 0,
-    /// Waits behind interactive work.
-    Bulk = 1,
-    /// Interactive for a call of at most `tributary.interactive_tokens` estimated tokens, bulk
-    /// for a bigger one, background in a job's worker.
-    Auto = 2,
-    /// Every call first, and may use the run slots kept for interactive work
-    /// (`tributary.interactive_cpu_runs`).
-    Interactive = 3,
-}
-
-impl Priority {
-    const ALL: [Priority; 4] = [
-        Priority::Background,
-        Priority::Bulk,
-        Priority::Auto,
-        Priority::Interactive,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Priority::Background => "background",
-            Priority::Bulk => "bulk",
-            Priority::Auto => "auto",
-            Priority::Interactive => "interactive",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<Priority> {
-        Self::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
-
-/// `tributary.priority` as the enum's value (see [`Priority`]).
-static mut PRIORITY: c_int = Priority::Auto as c_int;
-/// Estimated tokens (bytes / 4 + 2 per text) up to which an `auto` call is interactive.
-static mut INTERACTIVE_TOKENS: c_int = 256;
 /// CPU run slots beyond `tributary.max_cpu_runs` that only interactive runs may take.
 static INTERACTIVE_CPU_RUNS: GucSetting<i32> = GucSetting::<i32>::new(1);
 
-/// The choices of `tributary.priority`, NULL-terminated, as `DefineCustomEnumVariable` wants.
-struct EnumOptions([pg_sys::config_enum_entry; 5]);
-// SAFETY: pointers to static C strings only, never written.
-unsafe impl Sync for EnumOptions {}
-static PRIORITY_OPTIONS: EnumOptions = EnumOptions([
-    pg_sys::config_enum_entry {
-        name: c"background".as_ptr(),
-        val: Priority::Background as c_int,
-        hidden: false,
-    },
-    pg_sys::config_enum_entry {
-        name: c"bulk".as_ptr(),
-        val: Priority::Bulk as c_int,
-        hidden: false,
-    },
-    pg_sys::config_enum_entry {
-        name: c"auto".as_ptr(),
-        val: Priority::Auto as c_int,
-        hidden: false,
-    },
-    pg_sys::config_enum_entry {
-        name: c"interactive".as_ptr(),
-        val: Priority::Interactive as c_int,
-        hidden: false,
-    },
-    pg_sys::config_enum_entry {
-        name: std::ptr::null(),
-        val: 0,
-        hidden: false,
-    },
-]);
-
 /// ONNX Runtime runs on the CPU at once, cluster-wide: -1 no cap, 0 one per CPU core.
 static MAX_CPU_RUNS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 static CPU_OVERFLOW: GucSetting<CpuOverflow> = GucSetting::<CpuOverflow>::new(CpuOverflow::Wait);
+
 /// CPU sessions load the model's prepared graph (src/engine prepared.rs), weights mapped from a
 /// file every backend shares.
 static SHARED_WEIGHTS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// ONNX Runtime's intra-op threads spin while waiting for work.
 static INTRA_OP_SPINNING: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 /// Give the CPU arena's growth back after each call's last run.
 static SHRINK_ARENA: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// Empty means `$PGDATA/tributary_graphs`.
 static GRAPH_CACHE_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// ms a backend's sessions may stay unused before they are dropped; 0 = never.
 static SESSION_IDLE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(0);
 
@@ -166,47 +91,19 @@ static TRUNCATION: GucSetting<Truncation> = GucSetting::<Truncation>::new(Trunca
 /// Default model name; must be in `tributary.models`.
 static MODEL: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"all-MiniLM-L6-v2"));
+
 /// Empty means `$pkglibdir/tributary/libonnxruntime.so`, where `scripts/setup.sh` puts it.
 static ORT_LIBRARY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// Empty means `$sharedir/tributary/models`, where `scripts/setup.sh` puts prepared models.
 static MODEL_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// `auto`: CUDA when the ORT library has it and a GPU answers, else CPU (the reason is logged).
 static EXECUTION_PROVIDER: GucSetting<ExecutionProvider> =
     GucSetting::<ExecutionProvider>::new(ExecutionProvider::Auto);
-/// Padded tokens per ONNX Runtime run. On the 2-vCPU CPU machine, tributary_embed over 2,000
-/// Debian descriptions ran at 97-103 rows/s with budgets of 512 to 2048 tokens and slowed past
-/// that (90 at 4096, 85 at 16384, 75 at 32768; benches/embed_column.sh, BENCHMARKS.md): larger
-/// batches only add padding and attention memory on a CPU. Raised only by a superuser.
-static mut MAX_BATCH_TOKENS: c_int = 2048;
-/// 0 lets ONNX Runtime use one thread per physical core. Raised only by a superuser.
-static mut INTRA_OP_THREADS: c_int = 0;
-/// Threads one `tributary_train` / prediction call may use (the calling backend's thread
-/// included; the others never call into PostgreSQL). Anyone lower, a superuser higher.
-static mut LEARN_THREADS: c_int = 2;
-/// Memory one `tributary_train` / prediction call may hold for its data and model, in kB
-/// (shown and set in MB, GB, ...); past it the call fails with 54000 before allocating.
-/// Anyone lower, a superuser higher.
-static mut LEARN_MEMORY: c_int = 1024 * 1024;
-/// Texts one call may embed (`tributary_embed(text[])`, a job's or a column's batch). The
-/// output alone is `texts x dimension x 4` bytes (1.5 kB per text at 384 dimensions), and a
-/// `vector[]` result cannot exceed 1 GB anyway (about 690,000 vectors of 384 dimensions).
-/// Raised only by a superuser.
-static mut MAX_TEXTS_PER_CALL: c_int = 100_000;
-/// CUDA device ordinal used when the CUDA execution provider runs.
-static GPU_DEVICE: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 /// How often long work reports progress as a NOTICE, in ms; 0 turns it off.
 static PROGRESS_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(10_000);
-/// CUDA memory arena limit per session, MiB; 0 = no limit.
-static GPU_MEMORY_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// Empty means `$PGDATA/tributary_tensorrt`.
-static TENSORRT_CACHE_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
-/// Colon-separated directories whose CUDA/cuDNN libraries are loaded before the CUDA provider.
-static CUDA_LIBRARY_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
-static IO_BINDING: GucSetting<bool> = GucSetting::<bool>::new(true);
-static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(true);
-/// Backends that may hold a GPU session at once, cluster-wide; -1 = no cap.
-static MAX_GPU_SESSIONS: GucSetting<i32> = GucSetting::<i32>::new(4);
-static GPU_OVERFLOW: GucSetting<GpuOverflow> = GucSetting::<GpuOverflow>::new(GpuOverflow::Cpu);
 
 /// Most job workers at once (the upper bound of `tributary.max_workers`), and most databases
 /// asking for workers at once: the jobs' shared memory (src/worker/registry.rs) has this many
@@ -216,8 +113,10 @@ pub const MAX_SLOTS: usize = 32;
 /// Job workers (not counting the launcher) across the cluster; each takes a
 /// `max_worker_processes` slot while it runs.
 static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(2);
+
 /// ms between the launcher's checks, and between an idle worker's looks at continuous jobs' queues.
 static JOB_POLL_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
 /// Attempts at one row before a job gives up on it (the row stays in tributary.job_errors).
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(5);
 
@@ -284,117 +183,6 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
-    // SAFETY: the statics live for the process; PostgreSQL writes them only through the GUC
-    // machinery, on this backend's one thread.
-    unsafe {
-        pg_sys::DefineCustomIntVariable(
-            c"tributary.max_batch_tokens".as_ptr(),
-            c"Most padded tokens in one ONNX Runtime run.".as_ptr(),
-            c"Inputs are sorted by length and cut into batches of at most this many tokens (rows times the longest row). Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(MAX_BATCH_TOKENS),
-            2048,
-            256,
-            1 << 22,
-            pg_sys::GucContext::PGC_USERSET,
-            0,
-            Some(check_max_batch_tokens),
-            None,
-            None,
-        );
-        pg_sys::DefineCustomIntVariable(
-            c"tributary.intra_op_threads".as_ptr(),
-            c"ONNX Runtime intra-op threads per session; 0 means one per physical core.".as_ptr(),
-            c"Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(INTRA_OP_THREADS),
-            0,
-            0,
-            1024,
-            pg_sys::GucContext::PGC_USERSET,
-            0,
-            Some(check_intra_op_threads),
-            None,
-            None,
-        );
-        pg_sys::DefineCustomIntVariable(
-            c"tributary.learn_threads".as_ptr(),
-            c"Threads one tributary_train or prediction call may use.".as_ptr(),
-            c"Only the calling backend's own thread calls into PostgreSQL. Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(LEARN_THREADS),
-            2,
-            1,
-            64,
-            pg_sys::GucContext::PGC_USERSET,
-            0,
-            Some(check_learn_threads),
-            None,
-            None,
-        );
-        pg_sys::DefineCustomIntVariable(
-            c"tributary.learn_memory".as_ptr(),
-            c"Memory one tributary_train or prediction call may hold for its rows, features and model.".as_ptr(),
-            c"Past it the call fails (54000) before it allocates more. Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(LEARN_MEMORY),
-            1024 * 1024,
-            64 * 1024,
-            i32::MAX,
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GUC_UNIT_KB as c_int,
-            Some(check_learn_memory),
-            None,
-            None,
-        );
-        pg_sys::DefineCustomEnumVariable(
-            c"tributary.priority".as_ptr(),
-            c"Priority of this session's model runs on the CPU: interactive, auto, bulk or background.".as_ptr(),
-            c"When every CPU run slot is taken, interactive runs get the next free slot before bulk runs, and bulk before background. auto: interactive for a call of at most tributary.interactive_tokens estimated tokens, else bulk (background in a job's worker). Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(PRIORITY),
-            Priority::Auto as c_int,
-            PRIORITY_OPTIONS.0.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            0,
-            Some(check_priority),
-            None,
-            None,
-        );
-        pg_sys::DefineCustomIntVariable(
-            c"tributary.interactive_tokens".as_ptr(),
-            c"Most estimated tokens of a call that tributary.priority = auto runs as interactive.".as_ptr(),
-            c"Estimated as the text's bytes / 4 (at most the model's window) plus 2 per text. Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(INTERACTIVE_TOKENS),
-            256,
-            0,
-            1 << 22,
-            pg_sys::GucContext::PGC_USERSET,
-            0,
-            Some(check_interactive_tokens),
-            None,
-            None,
-        );
-        pg_sys::DefineCustomIntVariable(
-            c"tributary.max_texts_per_call".as_ptr(),
-            c"Most texts one call embeds; more is an error (54000).".as_ptr(),
-            c"Bounds the memory of one call (its output alone is texts x dimension x 4 bytes). Only a superuser may raise it above its reset value.".as_ptr(),
-            std::ptr::addr_of_mut!(MAX_TEXTS_PER_CALL),
-            100_000,
-            1,
-            i32::MAX,
-            pg_sys::GucContext::PGC_USERSET,
-            0,
-            Some(check_max_texts_per_call),
-            None,
-            None,
-        );
-    }
-    GucRegistry::define_int_guc(
-        c"tributary.gpu_device",
-        c"CUDA device ordinal for the CUDA execution provider.",
-        c"",
-        &GPU_DEVICE,
-        0,
-        64,
-        GucContext::Suset,
-        GucFlags::default(),
-    );
     GucRegistry::define_int_guc(
         c"tributary.progress_interval",
         c"Milliseconds between progress NOTICEs of long work such as tributary_embed_column; 0 turns them off.",
@@ -404,66 +192,6 @@ pub fn init() {
         i32::MAX,
         GucContext::Userset,
         GucFlags::UNIT_MS,
-    );
-    GucRegistry::define_int_guc(
-        c"tributary.gpu_memory_limit",
-        c"CUDA memory arena limit of one session, in MB; 0 means no limit.",
-        c"The CUDA execution provider's gpu_mem_limit. The CUDA context and cuDNN/cuBLAS workspaces come on top.",
-        &GPU_MEMORY_LIMIT,
-        0,
-        i32::MAX,
-        GucContext::Suset,
-        GucFlags::UNIT_MB,
-    );
-    GucRegistry::define_string_guc(
-        c"tributary.tensorrt_cache_path",
-        c"Directory for TensorRT's engine and timing caches.",
-        c"Empty means tributary_tensorrt in the data directory. Building an engine takes minutes; the cache makes later sessions start fast.",
-        &TENSORRT_CACHE_PATH,
-        GucContext::Suset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_string_guc(
-        c"tributary.cuda_library_path",
-        c"Colon-separated directories of the CUDA and cuDNN libraries the CUDA execution provider needs.",
-        c"Their libraries are loaded once per backend before the CUDA provider. Empty leaves it to the system's library path. scripts/setup.sh with TRIBUTARY_GPU=1 finds them.",
-        &CUDA_LIBRARY_PATH,
-        GucContext::Suset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_bool_guc(
-        c"tributary.io_binding",
-        c"Run models through an ONNX Runtime IoBinding with reused (on a GPU: pinned) buffers.",
-        c"If binding fails, sessions fall back to plain runs and tributary_sessions() says why.",
-        &IO_BINDING,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_bool_guc(
-        c"tributary.gpu_fp16",
-        c"On a GPU, run a model's fp16 graph when its directory has one.",
-        c"The fp16 graph returns f16 embeddings, written to halfvec columns without conversion.",
-        &GPU_FP16,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"tributary.max_gpu_sessions",
-        c"Most backends that may hold a GPU session at once, cluster-wide; -1 means no cap.",
-        c"Each costs a CUDA context and a copy of the model in GPU memory. A backend keeps its slot until it exits. See tributary.gpu_overflow.",
-        &MAX_GPU_SESSIONS,
-        -1,
-        1024,
-        GucContext::Sighup,
-        GucFlags::default(),
-    );
-    GucRegistry::define_enum_guc(
-        c"tributary.gpu_overflow",
-        c"When every GPU slot is taken: cpu (run on the CPU), wait, or error.",
-        c"",
-        &GPU_OVERFLOW,
-        GucContext::Userset,
-        GucFlags::default(),
     );
     GucRegistry::define_enum_guc(
         c"tributary.truncation",
@@ -543,6 +271,8 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    limits::init();
+    gpu::init();
     unsafe { pg_sys::MarkGUCPrefixReserved(c"tributary".as_ptr()) };
 }
 
@@ -554,22 +284,6 @@ pub fn max_cpu_runs() -> Option<usize> {
         0 => Some(std::thread::available_parallelism().map_or(1, |n| n.get())),
         v => Some(v as usize),
     }
-}
-
-/// `tributary.priority` as set (see [`Priority`]).
-pub fn priority() -> Priority {
-    // SAFETY: plain read of a setting of this backend.
-    let v = unsafe { PRIORITY };
-    Priority::ALL
-        .into_iter()
-        .find(|p| *p as c_int == v)
-        .unwrap_or(Priority::Auto)
-}
-
-/// `tributary.interactive_tokens`: estimated tokens.
-pub fn interactive_tokens() -> usize {
-    // SAFETY: plain read of a setting of this backend.
-    unsafe { INTERACTIVE_TOKENS.max(0) as usize }
 }
 
 /// `tributary.interactive_cpu_runs`: slots.
@@ -648,261 +362,9 @@ pub fn execution_provider() -> ProviderChoice {
     }
 }
 
-/// CUDA arena limit per session in MiB (0 = none).
-pub fn gpu_memory_limit_mb() -> usize {
-    GPU_MEMORY_LIMIT.get() as usize
-}
-
-/// TensorRT cache directory: the setting (relative paths are in the data directory), else
-/// `$PGDATA/tributary_tensorrt`.
-pub fn tensorrt_cache_path() -> PathBuf {
-    let p =
-        PathBuf::from(string(&TENSORRT_CACHE_PATH).unwrap_or_else(|| "tributary_tensorrt".into()));
-    if p.is_absolute() {
-        p
-    } else {
-        data_dir().join(p)
-    }
-}
-
-/// Directories to load CUDA/cuDNN libraries from before the CUDA provider (may be empty).
-pub fn cuda_library_path() -> Vec<PathBuf> {
-    string(&CUDA_LIBRARY_PATH)
-        .map(|s| {
-            s.split(':')
-                .filter(|d| !d.is_empty())
-                .map(PathBuf::from)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-pub fn io_binding() -> bool {
-    IO_BINDING.get()
-}
-
-pub fn gpu_fp16() -> bool {
-    GPU_FP16.get()
-}
-
-/// `None` = no cap.
-pub fn max_gpu_sessions() -> Option<usize> {
-    let v = MAX_GPU_SESSIONS.get();
-    (v >= 0).then_some(v as usize)
-}
-
 /// `tributary.truncation`.
 pub fn truncation() -> Truncation {
     TRUNCATION.get()
-}
-
-pub fn gpu_overflow() -> GpuOverflow {
-    GPU_OVERFLOW.get()
-}
-
-/// `tributary.max_batch_tokens` (tokens).
-pub fn max_batch_tokens() -> usize {
-    // SAFETY: plain read of a setting of this backend.
-    unsafe { MAX_BATCH_TOKENS as usize }
-}
-
-/// `tributary.intra_op_threads` (0: one per physical core).
-pub fn intra_op_threads() -> usize {
-    // SAFETY: as above.
-    unsafe { INTRA_OP_THREADS as usize }
-}
-
-/// `tributary.max_texts_per_call` (texts).
-pub fn max_texts_per_call() -> usize {
-    // SAFETY: as above.
-    unsafe { MAX_TEXTS_PER_CALL as usize }
-}
-
-/// Threads a value of `tributary.intra_op_threads` means (0: every core).
-fn effective_threads(v: i64) -> i64 {
-    if v == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get() as i64)
-    } else {
-        v
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn check_max_batch_tokens(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: newval points at the proposed value.
-    no_raise(
-        c"tributary.max_batch_tokens",
-        unsafe { *newval } as i64,
-        source,
-        |v| v,
-    )
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn check_intra_op_threads(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: as above.
-    no_raise(
-        c"tributary.intra_op_threads",
-        unsafe { *newval } as i64,
-        source,
-        effective_threads,
-    )
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn check_learn_threads(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: as above.
-    no_raise(
-        c"tributary.learn_threads",
-        unsafe { *newval } as i64,
-        source,
-        |v| v,
-    )
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn check_learn_memory(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: as above.
-    no_raise(
-        c"tributary.learn_memory",
-        unsafe { *newval } as i64,
-        source,
-        |v| v,
-    )
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn check_max_texts_per_call(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: as above.
-    no_raise(
-        c"tributary.max_texts_per_call",
-        unsafe { *newval } as i64,
-        source,
-        |v| v,
-    )
-}
-
-unsafe extern "C-unwind" fn check_priority(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: newval points at the proposed value.
-    no_raise_with(
-        c"tributary.priority",
-        unsafe { *newval } as i64,
-        source,
-        |v| v,
-        |s| Priority::from_name(s).map(|p| p as i64),
-        c"Only a superuser may give a role's work a higher priority than its reset value.",
-    )
-}
-
-unsafe extern "C-unwind" fn check_interactive_tokens(
-    newval: *mut c_int,
-    _extra: *mut *mut c_void,
-    source: pg_sys::GucSource::Type,
-) -> bool {
-    // SAFETY: newval points at the proposed value.
-    no_raise_with(
-        c"tributary.interactive_tokens",
-        unsafe { *newval } as i64,
-        source,
-        |v| v,
-        |s| s.parse::<i64>().ok(),
-        c"Raising it lets bigger calls run as interactive work; only a superuser may raise it above its reset value.",
-    )
-}
-
-/// Check hook of the resource settings: values from the server configuration, ALTER DATABASE
-/// and ALTER ROLE (checked when those were set, with source PGC_S_TEST) pass; a value from a
-/// client or a SET passes when it is at most the reset value (as `measure` compares them) or
-/// the current role is a superuser. Otherwise the SET fails with 42501.
-fn no_raise(
-    name: &'static CStr,
-    value: i64,
-    source: pg_sys::GucSource::Type,
-    measure: fn(i64) -> i64,
-) -> bool {
-    no_raise_with(
-        name,
-        value,
-        source,
-        measure,
-        |s| s.parse::<i64>().ok(),
-        c"This setting sizes the threads or memory of a backend; only a superuser may raise it above its reset value.",
-    )
-}
-
-/// [`no_raise`] for any setting: `parse` reads the reset value's text as the number that
-/// `measure` compares, `detail` says why raising is restricted.
-fn no_raise_with(
-    name: &'static CStr,
-    value: i64,
-    source: pg_sys::GucSource::Type,
-    measure: fn(i64) -> i64,
-    parse: fn(&str) -> Option<i64>,
-    detail: &'static CStr,
-) -> bool {
-    if source <= pg_sys::GucSource::PGC_S_DATABASE_USER {
-        return true;
-    }
-    // SAFETY: GetConfigOptionResetString returns the variable's reset value (it exists: this
-    // hook is its own); superuser() reads the catalog, so only inside a transaction.
-    let (reset, is_superuser) = unsafe {
-        let r = pg_sys::GetConfigOptionResetString(name.as_ptr());
-        let reset = if r.is_null() {
-            None
-        } else {
-            CStr::from_ptr(r).to_str().ok().and_then(parse)
-        };
-        (reset, pg_sys::IsTransactionState() && pg_sys::superuser())
-    };
-    let Some(reset) = reset else { return true };
-    if is_superuser || measure(value) <= measure(reset) {
-        return true;
-    }
-    // SAFETY: the GUC_check_* strings are palloc'd here and read by the caller's ereport.
-    unsafe {
-        pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE as i32);
-        let shown = CStr::from_ptr(pg_sys::GetConfigOptionResetString(name.as_ptr()))
-            .to_string_lossy()
-            .into_owned();
-        let msg = CString::new(format!(
-            "permission denied to raise \"{}\" above {shown}",
-            name.to_string_lossy()
-        ))
-        .unwrap_or_default();
-        pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(msg.as_ptr());
-        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
-        pg_sys::GUC_check_errhint_string =
-            pg_sys::pstrdup(c"Lower values are allowed. A superuser can raise it in postgresql.conf, or per role with ALTER ROLE ... SET.".as_ptr());
-    }
-    false
-}
-
-pub fn gpu_device() -> i32 {
-    GPU_DEVICE.get()
 }
 
 pub fn max_workers() -> usize {
@@ -915,18 +377,6 @@ pub fn job_poll_interval_ms() -> u64 {
 
 pub fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
-}
-
-/// `tributary.learn_threads`.
-pub fn learn_threads() -> usize {
-    // SAFETY: plain read of a setting of this backend.
-    unsafe { LEARN_THREADS.max(1) as usize }
-}
-
-/// `tributary.learn_memory`, in bytes.
-pub fn learn_memory_bytes() -> usize {
-    // SAFETY: as above.
-    unsafe { LEARN_MEMORY.max(0) as usize * 1024 }
 }
 
 pub fn progress_interval_ms() -> u64 {

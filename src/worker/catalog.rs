@@ -7,7 +7,7 @@ use pgrx::prelude::*;
 use serde::{Deserialize, Deserializer};
 
 use crate::pg::error::{spi_error, OrRaise};
-use crate::pg::gucs::MAX_SLOTS;
+use crate::pg::gucs::{self, MAX_SLOTS};
 use crate::service::rows::RowOptions;
 use crate::worker::registry::{self, Candidate};
 
@@ -146,7 +146,7 @@ pub(super) fn plan(db: u32, dbname: &str) -> Next {
     // Predict jobs with queued rows (sql/learn_jobs.sql): one worker each when due; a worker
     // stays to come back to those not due yet (tributary.job_poll_interval since their last
     // refresh).
-    let predict = super::predict::pending();
+    let predict = predict_pending();
     let demand: u32 = (jobs
         .iter()
         .filter(|j| j.queued)
@@ -255,6 +255,51 @@ fn load_job(id: i64) -> Option<Job> {
             });
         }
         Ok::<_, pgrx::spi::Error>(job)
+    })
+    .map_err(spi_error)
+    .or_raise()
+}
+
+/// A predict job with queued rows, as the planner sees it.
+struct PredictPending {
+    pub id: i64,
+    /// The table's owner (for `tributary.workers()`'s visibility).
+    pub owner: pg_sys::Oid,
+    /// Its last refresh began at least `tributary.job_poll_interval` ago (or it never ran).
+    pub due: bool,
+}
+
+/// Inside the planner's transaction: the active predict jobs (src/worker/predict.rs) of this database with queued rows,
+/// due ones first (the longest waiting first). None when the extension's SQL predates them.
+fn predict_pending() -> Vec<PredictPending> {
+    let exists = Spi::get_one::<bool>(
+        "SELECT pg_catalog.to_regclass('tributary._predict_jobs') IS NOT NULL",
+    )
+    .map_err(spi_error)
+    .or_raise()
+    .unwrap_or(false);
+    if !exists {
+        return Vec::new();
+    }
+    Spi::connect(|c| {
+        c.select(
+            "SELECT j.id, coalesce((SELECT k.relowner FROM pg_catalog.pg_class k WHERE k.oid = j.tbl::pg_catalog.oid), j.owner::pg_catalog.oid), \
+                    j.last_run_at IS NULL OR j.last_run_at <= pg_catalog.now() - $1 * interval '1 millisecond' \
+               FROM tributary._predict_jobs j \
+              WHERE j.state = 'active' \
+                AND EXISTS (SELECT 1 FROM tributary._predict_dirty d WHERE d.job = j.id) \
+              ORDER BY j.last_run_at NULLS FIRST, j.id",
+            None,
+            &[(gucs::job_poll_interval_ms() as f64).into()],
+        )?
+        .map(|r| {
+            Ok(PredictPending {
+                id: r.get::<i64>(1)?.unwrap_or_default(),
+                owner: r.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
+                due: r.get::<bool>(3)?.unwrap_or(false),
+            })
+        })
+        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .map_err(spi_error)
     .or_raise()

@@ -25,51 +25,6 @@ use crate::pg::xact::{describe, error_parts, in_transaction, is_transient, log_e
 use crate::worker::batch::After;
 use crate::worker::process::{exit_if_postmaster_died, report_activity};
 
-/// A predict job with queued rows, as the planner sees it.
-pub(super) struct Pending {
-    pub id: i64,
-    /// The table's owner (for `tributary.workers()`'s visibility).
-    pub owner: pg_sys::Oid,
-    /// Its last refresh began at least `tributary.job_poll_interval` ago (or it never ran).
-    pub due: bool,
-}
-
-/// Inside the planner's transaction: the active predict jobs of this database with queued rows,
-/// due ones first (the longest waiting first). None when the extension's SQL predates them.
-pub(super) fn pending() -> Vec<Pending> {
-    let exists = Spi::get_one::<bool>(
-        "SELECT pg_catalog.to_regclass('tributary._predict_jobs') IS NOT NULL",
-    )
-    .map_err(spi_error)
-    .or_raise()
-    .unwrap_or(false);
-    if !exists {
-        return Vec::new();
-    }
-    Spi::connect(|c| {
-        c.select(
-            "SELECT j.id, coalesce((SELECT k.relowner FROM pg_catalog.pg_class k WHERE k.oid = j.tbl::pg_catalog.oid), j.owner::pg_catalog.oid), \
-                    j.last_run_at IS NULL OR j.last_run_at <= pg_catalog.now() - $1 * interval '1 millisecond' \
-               FROM tributary._predict_jobs j \
-              WHERE j.state = 'active' \
-                AND EXISTS (SELECT 1 FROM tributary._predict_dirty d WHERE d.job = j.id) \
-              ORDER BY j.last_run_at NULLS FIRST, j.id",
-            None,
-            &[(gucs::job_poll_interval_ms() as f64).into()],
-        )?
-        .map(|r| {
-            Ok(Pending {
-                id: r.get::<i64>(1)?.unwrap_or_default(),
-                owner: r.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
-                due: r.get::<bool>(3)?.unwrap_or(false),
-            })
-        })
-        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .map_err(spi_error)
-    .or_raise()
-}
-
 /// What one refresh came to.
 enum Refresh {
     /// Refreshed: rows written.
