@@ -1,0 +1,442 @@
+//! [`train`]: features, the validation slice, the heads, the report.
+
+use super::*;
+
+/// Trains a predictor of `ds.label` from the rows marked [`Role::Train`] (`roles` has length n)
+/// and scores it on the [`Role::Test`] rows. Errors: Invalid (no training rows, fewer than 2
+/// classes, shapes), Memory, Cancelled (from `ctl`).
+pub fn train(
+    ds: &Dataset,
+    roles: &[Role],
+    opts: &TrainOptions,
+    ctl: &dyn Control,
+) -> Result<Trained, Error> {
+    let n = check_shapes(ds)?;
+    if roles.len() != n {
+        return Err(Error::Invalid(format!(
+            "roles has {} rows, the label has {n}",
+            roles.len()
+        )));
+    }
+    let threads = opts.threads.max(1);
+    let k = opts.k.max(1);
+    let has_label = |i: usize| match &ds.label {
+        Labels::Category(v) => v[i].is_some(),
+        Labels::Number(v) => v[i].is_some_and(|x| x.is_finite()),
+    };
+    let train_rows: Vec<usize> = (0..n)
+        .filter(|&i| roles[i] == Role::Train && has_label(i))
+        .collect();
+    if train_rows.is_empty() {
+        return Err(Error::Invalid(
+            "no training rows: no row has role train and a label".into(),
+        ));
+    }
+    let classes: Option<Vec<String>> = match &ds.label {
+        Labels::Category(v) => {
+            let mut c: Vec<String> = train_rows.iter().filter_map(|&i| v[i].clone()).collect();
+            c.sort_unstable();
+            c.dedup();
+            if c.len() < 2 {
+                return Err(Error::Invalid(format!(
+                    "the label has {} class among the training rows, at least 2 are needed",
+                    c.len()
+                )));
+            }
+            Some(c)
+        }
+        Labels::Number(_) => None,
+    };
+    let known = known_labels(ds, classes.as_deref(), |i| roles[i] == Role::Train);
+    let test_rows: Vec<usize> = (0..n)
+        .filter(|&i| roles[i] == Role::Test && has_label(i))
+        .collect();
+    // Category vocabularies from the training rows (values only, no labels).
+    let cats: Vec<(String, Vec<String>)> = ds
+        .categories
+        .iter()
+        .map(|(name, v)| {
+            let mut cnt: HashMap<&str, usize> = HashMap::new();
+            for &r in &train_rows {
+                if let Some(s) = &v[r] {
+                    *cnt.entry(s.as_str()).or_insert(0) += 1;
+                }
+            }
+            let mut e: Vec<(&str, usize)> = cnt.into_iter().collect();
+            e.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            e.truncate(1000);
+            (
+                name.clone(),
+                e.into_iter().map(|p| p.0.to_string()).collect(),
+            )
+        })
+        .collect();
+    let lay = Layout {
+        classes: classes.as_deref(),
+        k,
+        has_knn: ds.embedding.is_some(),
+        has_text: ds.text.is_some(),
+        paths: ds.paths.iter().map(|p| p.name.clone()).collect(),
+        numbers: ds.numbers.iter().map(|p| p.0.clone()).collect(),
+        cats,
+    };
+    let nf = lay.nf();
+    let nc = lay.nc();
+    let kout = classes.as_ref().map_or(1, |c| c.len());
+    // Queries: training then test rows.
+    let queries: Vec<u32> = train_rows
+        .iter()
+        .chain(&test_rows)
+        .map(|&r| r as u32)
+        .collect();
+    let nq = queries.len();
+
+    // Memory: the big allocations, estimated before any is made.
+    let mut needed =
+        nq * nf * 4 * 2 + n * 64 + ds.paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
+    if let Some(e) = &ds.embedding {
+        needed += knn::memory(train_rows.len(), nq, e.dim, 5 * k, threads);
+    }
+    if let Some(t) = &ds.text {
+        let bytes: usize = train_rows
+            .iter()
+            .chain(&test_rows)
+            .map(|&r| t[r].len())
+            .sum();
+        // nnz ~ 2 terms per 5 bytes, 8 bytes each; the df table ~ 64 bytes per distinct term.
+        let terms_est = (bytes / 3).min(text::MAX_VOCAB * 4);
+        needed += bytes / 5 * 2 * 8
+            + terms_est * 64
+            + Linear::memory(terms_est.min(text::MAX_VOCAB), kout) * (threads + 1);
+    }
+    needed += gbdt::memory(nq, nf, kout, threads);
+    mem_check(needed, opts.max_memory_bytes)?;
+
+    // Text features: forward-chained out-of-fold for training rows, full model for test rows.
+    let tw = lay.text_w();
+    let mut text_feats = vec![f32::NAN; nq * tw];
+    let mut text_model = None;
+    if let Some(texts) = &ds.text {
+        let as_of = ds.as_of.as_deref();
+        let (tm, tf) = polled(ctl, "text", 7, |sh| {
+            let tfidf = text::Tfidf::fit(texts, &train_rows);
+            let mut csr = Csr::new(tfidf.terms.len());
+            for &q in &queries {
+                tfidf.row(&texts[q as usize], &mut csr);
+            }
+            let ntr = train_rows.len();
+            // Positions (into queries) of the training rows in time order.
+            let mut order: Vec<usize> = (0..ntr).collect();
+            if let Some(t) = as_of {
+                order.sort_by(|&a, &b| {
+                    t[train_rows[a]]
+                        .total_cmp(&t[train_rows[b]])
+                        .then(a.cmp(&b))
+                });
+            }
+            let target_of = |pos: &[usize]| -> (Vec<u32>, Vec<f64>) {
+                let (mut c, mut v) = (Vec::new(), Vec::new());
+                for &p in pos {
+                    match known[train_rows[p]] {
+                        Some(Y::Class(x)) => c.push(x),
+                        Some(Y::Num(x)) => v.push(x),
+                        None => {}
+                    }
+                }
+                (c, v)
+            };
+            // folds: (rows scored, rows fitted)
+            let mut folds: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
+            match as_of {
+                Some(t) => {
+                    let nb = 6;
+                    for b in 1..nb {
+                        let block: Vec<usize> = order[b * ntr / nb..(b + 1) * ntr / nb].to_vec();
+                        if block.is_empty() {
+                            continue;
+                        }
+                        let t0 = t[train_rows[block[0]]];
+                        let fitr: Vec<usize> = order
+                            .iter()
+                            .copied()
+                            .filter(|&p| t[train_rows[p]] < t0)
+                            .collect();
+                        folds.push((block, fitr));
+                    }
+                }
+                None => {
+                    for f in 0..5 {
+                        let block: Vec<usize> = (0..ntr).filter(|p| p % 5 == f).collect();
+                        let fitr: Vec<usize> = (0..ntr).filter(|p| p % 5 != f).collect();
+                        folds.push((block, fitr));
+                    }
+                }
+            }
+            let all: Vec<usize> = (0..ntr).collect();
+            folds.push((Vec::new(), all));
+            let fits = par::par_map(threads, folds.len(), &sh.stop, |fi| {
+                let fitr = &folds[fi].1;
+                if fitr.is_empty() {
+                    return None;
+                }
+                let (c, v) = target_of(fitr);
+                let y = if classes.is_some() {
+                    Target::Class(&c, nc)
+                } else {
+                    Target::Value(&v)
+                };
+                let m = Linear::fit(&csr, fitr, &y, text_fit(), sh);
+                sh.tick(1);
+                m
+            });
+            if sh.stopped() {
+                return Ok((None, Vec::new()));
+            }
+            let mut out = vec![f32::NAN; nq * tw];
+            let mut buf = vec![0f32; tw];
+            let nfold = folds.len();
+            let mut full = None;
+            for (fi, m) in fits.into_iter().enumerate() {
+                let Some(Some(m)) = m else { continue };
+                if fi + 1 == nfold {
+                    for qi in ntr..nq {
+                        let (i, v) = csr.row(qi);
+                        m.predict(i, v, &mut buf);
+                        out[qi * tw..(qi + 1) * tw].copy_from_slice(&buf);
+                    }
+                    full = Some(m);
+                } else {
+                    for &p in &folds[fi].0 {
+                        let (i, v) = csr.row(p);
+                        m.predict(i, v, &mut buf);
+                        out[p * tw..(p + 1) * tw].copy_from_slice(&buf);
+                    }
+                }
+            }
+            Ok((full.map(|lin| TextModel { tfidf, lin }), out))
+        })?;
+        text_model = tm;
+        text_feats = tf;
+    }
+
+    let (x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
+        features(ds, &lay, &known, &queries, &text_feats, threads, sh)
+            .ok_or(Error::Cancelled("stopped".into()))
+    })?;
+    drop(text_feats);
+
+    // Head labels by position.
+    let hy = match &ds.label {
+        Labels::Category(_) => {
+            let map: HashMap<&str, u32> = lay
+                .classes
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.as_str(), i as u32))
+                .collect();
+            let Labels::Category(v) = &ds.label else {
+                unreachable!()
+            };
+            HeadY::Class(
+                queries
+                    .iter()
+                    .map(|&q| {
+                        v[q as usize]
+                            .as_deref()
+                            .and_then(|s| map.get(s))
+                            .copied()
+                            .unwrap_or(u32::MAX)
+                    })
+                    .collect(),
+                nc,
+            )
+        }
+        Labels::Number(v) => HeadY::Value(
+            queries
+                .iter()
+                .map(|&q| v[q as usize].unwrap_or(f64::NAN))
+                .collect(),
+        ),
+    };
+    let ntr = train_rows.len();
+    let test_pos: Vec<usize> = (ntr..nq).collect();
+    // Test rows with a class unseen in training count as wrong: map them to class index nc.
+    // Validation slice: the latest training rows by as_of (else by row order); ties stay together.
+    let mut order: Vec<usize> = (0..ntr).collect();
+    let t_of = |p: usize| {
+        ds.as_of
+            .as_ref()
+            .map_or(p as f64, |a| a[queries[p] as usize])
+    };
+    order.sort_by(|&a, &b| t_of(a).total_cmp(&t_of(b)).then(a.cmp(&b)));
+    let nv = (ntr as f64 * opts.validation_fraction.clamp(0.0, 0.9)).floor() as usize;
+    let mut cut = ntr - nv;
+    while cut < ntr && cut > 0 && t_of(order[cut - 1]) == t_of(order[cut]) {
+        cut += 1;
+    }
+    let (mut early, valid) = if nv > 0 && cut < ntr && cut >= 2 {
+        (order[..cut].to_vec(), order[cut..].to_vec())
+    } else {
+        (order.clone(), Vec::new())
+    };
+    early.sort_unstable();
+    let all_train: Vec<usize> = (0..ntr).collect();
+    fn gy(hy: &HeadY) -> gbdt::Labels<'_> {
+        match hy {
+            HeadY::Class(c, k) => gbdt::Labels::Class(c, *k),
+            HeadY::Value(v) => gbdt::Labels::Value(v),
+        }
+    }
+    let params = gbdt::Params::default();
+    let want_gbdt = opts.algorithm != Algorithm::Logistic;
+    let want_lin = opts.algorithm != Algorithm::Gbdt;
+    // Fits on the early rows, scored on the validation rows.
+    let mut val_scores: Vec<(String, Vec<f32>)> = Vec::new();
+    let mut rounds = params.rounds.min(150);
+    if !valid.is_empty() {
+        if want_gbdt {
+            let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
+                gbdt::Gbdt::fit(&x, nf, &gy(&hy), &early, &valid, params, threads, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
+            })?;
+            rounds = g.rounds.max(1);
+            let mut p = vec![0f32; valid.len() * kout];
+            for (i, &r) in valid.iter().enumerate() {
+                g.predict(&x[r * nf..(r + 1) * nf], &mut p[i * kout..(i + 1) * kout]);
+            }
+            val_scores.push(("gbdt".into(), p));
+        }
+        if want_lin {
+            let h = polled(ctl, "logistic validation", 15, |sh| {
+                fit_lin_head(&x, nf, &lay.cats, &hy, &early, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
+            })?;
+            let head = Head::Logistic(h);
+            let mut p = vec![0f32; valid.len() * kout];
+            for (i, &r) in valid.iter().enumerate() {
+                head_predict(
+                    &head,
+                    &x[r * nf..(r + 1) * nf],
+                    &mut p[i * kout..(i + 1) * kout],
+                );
+            }
+            val_scores.push(("logistic".into(), p));
+        }
+    }
+    let val_metrics: Vec<MetricRow> = val_scores
+        .iter()
+        .map(|(a, p)| metric("predictor", a, "validation", &hy, &valid, p, kout))
+        .collect();
+    let pick = match opts.algorithm {
+        Algorithm::Gbdt => "gbdt",
+        Algorithm::Logistic => "logistic",
+        Algorithm::Auto => {
+            if val_metrics.len() == 2 {
+                let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
+                if better(&val_metrics[1]) > better(&val_metrics[0]) {
+                    "logistic"
+                } else {
+                    "gbdt"
+                }
+            } else {
+                "gbdt"
+            }
+        }
+    };
+    let (head, importance) = if pick == "gbdt" {
+        let p = gbdt::Params { rounds, ..params };
+        let g = polled(ctl, "gbdt", rounds as u64, |sh| {
+            gbdt::Gbdt::fit(&x, nf, &gy(&hy), &all_train, &[], p, threads, sh)
+                .ok_or(Error::Cancelled("stopped".into()))
+        })?;
+        let imp = g.importance.clone();
+        (Head::Gbdt(g), imp)
+    } else {
+        let h = polled(ctl, "logistic", 15, |sh| {
+            fit_lin_head(&x, nf, &lay.cats, &hy, &all_train, sh)
+                .ok_or(Error::Cancelled("stopped".into()))
+        })?;
+        let imp = lin_importance(&h, nf);
+        (Head::Logistic(h), imp)
+    };
+
+    // Report.
+    let mut report = Vec::new();
+    let (split, rows, predictor_scores) = if !test_pos.is_empty() {
+        let mut p = vec![0f32; test_pos.len() * kout];
+        for (i, &r) in test_pos.iter().enumerate() {
+            head_predict(
+                &head,
+                &x[r * nf..(r + 1) * nf],
+                &mut p[i * kout..(i + 1) * kout],
+            );
+        }
+        ("test", test_pos.clone(), Some(p))
+    } else {
+        (
+            "validation",
+            valid.clone(),
+            val_scores.iter().find(|v| v.0 == pick).map(|v| v.1.clone()),
+        )
+    };
+    let base_rows: &[usize] = if split == "test" { &all_train } else { &early };
+    if !rows.is_empty() {
+        if let Some(p) = predictor_scores {
+            report.push(metric("predictor", pick, split, &hy, &rows, &p, kout));
+        }
+        if lay.has_knn {
+            let mut p = vec![0f32; rows.len() * kout];
+            for (i, &r) in rows.iter().enumerate() {
+                let v = &x[r * nf..r * nf + kout];
+                for (j, &vv) in v.iter().enumerate() {
+                    p[i * kout + j] = if vv.is_nan() { -1.0 } else { vv };
+                }
+            }
+            report.push(metric("knn", "knn", split, &hy, &rows, &p, kout));
+        }
+        let mut p = vec![0f32; rows.len() * kout];
+        let algo = match &hy {
+            HeadY::Class(c, _) => {
+                let mut cnt = vec![0f32; kout];
+                for &r in base_rows {
+                    cnt[c[r] as usize] += 1.0;
+                }
+                for i in 0..rows.len() {
+                    p[i * kout..(i + 1) * kout].copy_from_slice(&cnt);
+                }
+                "majority"
+            }
+            HeadY::Value(v) => {
+                let m =
+                    base_rows.iter().map(|&r| v[r]).sum::<f64>() / base_rows.len().max(1) as f64;
+                p.iter_mut().for_each(|x| *x = m as f32);
+                "mean"
+            }
+        };
+        report.push(metric("baseline", algo, split, &hy, &rows, &p, kout));
+    }
+    if split == "test" {
+        report.extend(val_metrics);
+    }
+    let feature_names = lay.names();
+    let model = Model {
+        classes: classes.clone(),
+        algorithm: pick.into(),
+        feature_names: feature_names.clone(),
+        k,
+        has_knn: lay.has_knn,
+        paths: lay.paths.clone(),
+        numbers: lay.numbers.clone(),
+        categories: lay.cats.clone(),
+        text: text_model,
+        head,
+        importance,
+        threads,
+    };
+    Ok(Trained {
+        model,
+        report,
+        feature_names,
+    })
+}
