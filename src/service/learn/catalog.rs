@@ -1,0 +1,272 @@
+//! The catalog `tributary._predictors`: a predictor read (its owner checked, its plan rebuilt and
+//! checked against the table as it is now) and written, as the extension's owner.
+
+use super::*;
+
+/// One predictor's catalog row.
+pub struct Stored {
+    pub owner: pg_sys::Oid,
+    pub tbl: pg_sys::Oid,
+    pub kind: String,
+    pub options: Options,
+    pub signature: serde_json::Value,
+    pub features: Vec<String>,
+    pub model: Vec<u8>,
+}
+
+/// The owner of predictor `name`, if it exists (read as the extension's owner).
+pub fn owner_of(name: &str) -> Result<Option<pg_sys::Oid>> {
+    as_role(extension_owner(), || {
+        crate::pg::spi::select_one::<pg_sys::Oid>(
+            "SELECT CAST(owner AS pg_catalog.oid) FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
+            &[name.into()],
+        )
+    })
+    .map_err(spi_error)
+}
+
+/// Whether the current user is `role` or a member of it (what lets a role retrain or drop a
+/// predictor, as for other objects' owners).
+pub fn is_member_of(role: pg_sys::Oid) -> Result<bool> {
+    crate::pg::spi::select_one::<bool>(
+        "SELECT pg_catalog.pg_has_role(CURRENT_USER, $1, 'USAGE')",
+        &[role.into()],
+    )
+    .map_err(spi_error)
+    .map(|b| b.unwrap_or(false))
+}
+
+/// 42501 unless the current user may retrain or drop predictor `name` (when it exists).
+pub fn check_owner(name: &str) -> Result<()> {
+    if let Some(owner) = owner_of(name)? {
+        if !is_member_of(owner)? {
+            return Err(TributaryError::Permission(format!(
+                "must be owner of predictor \"{name}\""
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Predictor `name` for use by the current user: its owner (or a member) or a role that may
+/// read its label column (42501 otherwise; 42704 unknown name).
+pub fn stored(name: &str) -> Result<Stored> {
+    let row = as_role(extension_owner(), || {
+        pinned(|| {
+            Spi::connect(|client| {
+                let t = client.select(
+                    "SELECT CAST(owner AS pg_catalog.oid), CAST(tbl AS pg_catalog.oid), kind, options, signature, features, model \
+                       FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
+                    Some(1),
+                    &[name.into()],
+                )?;
+                if t.is_empty() {
+                    return Ok(None);
+                }
+                let r = t.first();
+                Ok::<_, pgrx::spi::Error>(Some((
+                    r.get::<pg_sys::Oid>(1)?.unwrap_or_default(),
+                    r.get::<pg_sys::Oid>(2)?.unwrap_or_default(),
+                    r.get::<String>(3)?.unwrap_or_default(),
+                    r.get::<pgrx::JsonB>(4)?.map(|j| j.0).unwrap_or_default(),
+                    r.get::<pgrx::JsonB>(5)?.map(|j| j.0).unwrap_or_default(),
+                    r.get::<Vec<String>>(6)?.unwrap_or_default(),
+                    r.get::<Vec<u8>>(7)?.unwrap_or_default(),
+                )))
+            })
+        })
+    })
+    .map_err(spi_error)?;
+    let Some((owner, tbl, kind, options, signature, features, model)) = row else {
+        return Err(TributaryError::UnknownPredictor(name.into()));
+    };
+    let options: Options = serde_json::from_value(options)
+        .map_err(|e| TributaryError::Internal(format!("predictor options: {e}")))?;
+    if !is_member_of(owner)? {
+        let exists = crate::pg::regclass::display_name(tbl).is_some();
+        let may_read = exists
+            && crate::pg::spi::select_one::<bool>(
+                "SELECT pg_catalog.has_column_privilege($1, $2::pg_catalog.text, 'SELECT')",
+                &[tbl.into(), options.label.as_str().into()],
+            )
+            .map_err(spi_error)?
+            .unwrap_or(false);
+        if !may_read {
+            return Err(TributaryError::Permission(format!(
+                "permission denied for predictor \"{name}\""
+            )));
+        }
+    }
+    if crate::pg::regclass::display_name(tbl).is_none() {
+        return Err(TributaryError::UndefinedTable(format!(
+            "the table of predictor \"{name}\" does not exist any more"
+        )));
+    }
+    Ok(Stored {
+        owner,
+        tbl,
+        kind,
+        options,
+        signature,
+        features,
+        model,
+    })
+}
+
+/// The plan of a stored predictor, checked against what it was trained on: 55000 when a column
+/// or path it reads is gone (or the caller may not read it any more), or changed type, or a
+/// category column has become a text of many values. Columns added since change nothing: the
+/// predictor names the columns and paths it uses (tributary_train stores the lists).
+pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
+    let everything = Options {
+        columns: None,
+        history: None,
+        ..p.options.clone()
+    };
+    let found = spec(p.tbl, &everything)?;
+    let mut gone: Vec<String> = Vec::new();
+    for c in p.options.columns.iter().flatten() {
+        if !found.columns.contains(c) {
+            gone.push(format!("column {c}"));
+        }
+    }
+    for h in p.options.history.iter().flatten() {
+        if !found.paths.contains(h) {
+            gone.push(format!("path {h}"));
+        }
+    }
+    if !gone.is_empty() {
+        return Err(TributaryError::Changed {
+            message: format!("the columns predictor \"{name}\" was trained on have changed"),
+            detail: format!(
+                "Trained on but not found now (or not readable by the current role): {}.",
+                gone.join(", ")
+            ),
+        });
+    }
+    let s = spec(p.tbl, &p.options)?;
+    let now = s.signature();
+    if now != p.signature || s.kind != p.kind {
+        let was: Vec<String> = sig_list(&p.signature["columns"]);
+        let is: Vec<String> = sig_list(&now["columns"]);
+        let before: Vec<&String> = was.iter().filter(|c| !is.contains(c)).collect();
+        let after: Vec<&String> = is.iter().filter(|c| !was.contains(c)).collect();
+        return Err(TributaryError::Changed {
+            message: format!("the columns predictor \"{name}\" was trained on have changed"),
+            detail: if before.is_empty() && after.is_empty() {
+                format!(
+                    "Its features were {} and would now be {}.",
+                    p.signature, now
+                )
+            } else {
+                format!(
+                    "Trained on: {}. Now: {}.",
+                    before
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    after
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+            },
+        });
+    }
+    Ok(s)
+}
+
+pub(super) fn sig_list(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    e.as_array()
+                        .map(|x| {
+                            x.iter()
+                                .map(|s| s.as_str().unwrap_or("").to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        })
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Everything `tributary_train` stores.
+pub struct NewPredictor<'a> {
+    pub name: &'a str,
+    pub tbl: pg_sys::Oid,
+    pub kind: &'a str,
+    pub options: &'a Options,
+    pub signature: &'a serde_json::Value,
+    pub features: Vec<String>,
+    pub algorithm: String,
+    pub classes: Option<Vec<String>>,
+    pub model: Vec<u8>,
+    pub metrics: serde_json::Value,
+    pub training_rows: i64,
+    pub digest: String,
+}
+
+/// Writes (or replaces, in the caller's transaction: atomically) predictor `p.name`, as the
+/// extension's owner; the owner is the current user, kept on a retrain. 42501 when another
+/// role owns the name by now.
+pub fn store(p: NewPredictor<'_>) -> Result<()> {
+    // SAFETY: the current user, read before the switch.
+    let caller = unsafe { pg_sys::GetUserId() };
+    let options =
+        serde_json::to_value(p.options).map_err(|e| TributaryError::Internal(e.to_string()))?;
+    let written = as_role(extension_owner(), || {
+        pinned(|| {
+            Spi::connect_mut(|client| {
+                let t = client.update(
+                    "INSERT INTO tributary._predictors AS p (name, owner, tbl, label, kind, embedding, as_of, options, \
+                         signature, features, algorithm, classes, model, metrics, training_rows, data_digest) \
+                     VALUES ($1, CAST($2 AS pg_catalog.regrole), CAST($3 AS pg_catalog.regclass), $4, $5, $6, $7, $8, $9, \
+                         $10, $11, $12, $13, $14, $15, $16) \
+                     ON CONFLICT (name) DO UPDATE SET tbl = EXCLUDED.tbl, label = EXCLUDED.label, kind = EXCLUDED.kind, \
+                         embedding = EXCLUDED.embedding, as_of = EXCLUDED.as_of, options = EXCLUDED.options, \
+                         signature = EXCLUDED.signature, features = EXCLUDED.features, algorithm = EXCLUDED.algorithm, \
+                         classes = EXCLUDED.classes, model = EXCLUDED.model, metrics = EXCLUDED.metrics, \
+                         training_rows = EXCLUDED.training_rows, data_digest = EXCLUDED.data_digest, \
+                         trained_at = pg_catalog.now() \
+                       WHERE pg_catalog.pg_has_role($2, CAST(p.owner AS pg_catalog.oid), 'USAGE') \
+                     RETURNING 1",
+                    None,
+                    &[
+                        p.name.into(),
+                        caller.into(),
+                        p.tbl.into(),
+                        p.options.label.as_str().into(),
+                        p.kind.into(),
+                        p.options.embedding.as_deref().into(),
+                        p.options.as_of.as_deref().into(),
+                        pgrx::JsonB(options).into(),
+                        pgrx::JsonB(p.signature.clone()).into(),
+                        p.features.into(),
+                        p.algorithm.into(),
+                        p.classes.into(),
+                        p.model.into(),
+                        pgrx::JsonB(p.metrics).into(),
+                        p.training_rows.into(),
+                        p.digest.into(),
+                    ],
+                )?;
+                Ok::<_, pgrx::spi::Error>(t.len())
+            })
+        })
+    })
+    .map_err(spi_error)?;
+    if written == 0 {
+        return Err(TributaryError::Permission(format!(
+            "must be owner of predictor \"{}\"",
+            p.name
+        )));
+    }
+    Ok(())
+}
