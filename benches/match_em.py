@@ -88,6 +88,7 @@ class Dataset:
     exact_cols: list[str] = field(default_factory=list)
     blocks: list = field(default_factory=list)  # recordlinkage / splink blocking: ("block"|"snh", column)
     derive: dict = field(default_factory=dict)  # baseline-only derived columns: name -> fn(row)
+    splink_string_cols: list[str] | None = None  # Splink compares these (normalised) instead of string_cols
     describe: str = ""
     source: str = ""
 
@@ -126,7 +127,7 @@ def load_dataset(name: str) -> Dataset:
     if name == "fodors_zagat":
         a, b, truth, cols = em_data.fodors_zagat()
         return Dataset(name, "link", a, b, cols, truth, string_cols=["name", "addr", "city", "type"],
-                       exact_cols=["phone_digits"],
+                       exact_cols=["phone_digits"], splink_string_cols=["name_norm", "addr_norm", "city", "type"],
                        blocks=[("block", "phone_digits"), ("snh", "name_norm"), ("snh", "addr_norm")],
                        derive={"phone_digits": lambda r: _digits(r["phone"]),
                                "name_norm": lambda r: _norm(r["name"]), "addr_norm": lambda r: _norm(r["addr"])},
@@ -136,6 +137,7 @@ def load_dataset(name: str) -> Dataset:
         a, b, labelled, cols = em_data.dblp_acm()
         return Dataset(name, "link", a, b, cols, {p for p, m in labelled.items() if m}, labelled=labelled,
                        string_cols=["title", "authors", "venue"], exact_cols=["year"],
+                       splink_string_cols=["title_norm", "authors_norm", "venue"],
                        blocks=[("snh", "title_norm"), ("snh", "authors_norm"), ("block", "title_prefix")],
                        derive={"title_norm": lambda r: _norm(r["title"]),
                                "authors_norm": lambda r: _norm(r["authors"]),
@@ -242,7 +244,8 @@ def score(d: Dataset, pred: set | None, labelled_left: set | None = None) -> dic
 
 
 def oracle(d: Dataset, scored: list[tuple[float, tuple]]) -> tuple[float | None, set]:
-    """Best-F1 cut over tributary's own scores, chosen with the answer."""
+    """Best-F1 cut over tributary's own scores, chosen with the answer: (threshold, every returned pair
+    scoring at or above it; partial gold: the cut is chosen on the labelled pairs)."""
     if d.kind == "dedup":
         best = {}
         for s, (l, r) in scored:
@@ -251,11 +254,11 @@ def oracle(d: Dataset, scored: list[tuple[float, tuple]]) -> tuple[float | None,
                 best[p] = max(best.get(p, -1.0), s)
         scored = [(s, p) for p, s in best.items()]
     truth = d.truth
-    if d.labelled is not None:
-        scored = [x for x in scored if x[1] in d.labelled]
-    if not scored or not truth:
+    pick = [x for x in scored if x[1] in d.labelled] if d.labelled is not None else scored
+    if not pick or not truth:
         return None, set()
-    return febrl.best_threshold(scored, truth)
+    thr, _ = febrl.best_threshold(pick, truth)
+    return thr, {p for s, p in scored if s >= thr}
 
 
 # ------------------------------------------------------------------------------------ tributary
@@ -459,7 +462,7 @@ def run_splink(d: Dataset) -> tuple[float | None, set | None, str]:
         def prep(df):
             f = df.reset_index().rename(columns={"rec_id": "unique_id"})
             return f
-        comparisons = [cl.JaroWinklerAtThresholds(c, [0.92, 0.8]) for c in d.string_cols] + \
+        comparisons = [cl.JaroWinklerAtThresholds(c, [0.92, 0.8]) for c in d.splink_string_cols or d.string_cols] + \
                       [cl.ExactMatch(c) for c in d.exact_cols]
         rules = [block_on(col) for _, col in d.blocks]  # splink has no sorted neighbourhood: exact blocks
         settings = SettingsCreator(link_type="link_only" if d.kind == "link" else "dedupe_only",
@@ -610,8 +613,8 @@ def main(argv=None) -> int:
     print("| method | data | precision | recall | F1 | expected P | expected R | pairs returned | seconds | note |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        note = r["note"] + (f"; labelled accuracy {r['labelled_accuracy']:.3f}" if r.get("labelled_accuracy") is not None
-                            else "")
+        note = "; ".join(filter(None, [r["note"], f"labelled accuracy {r['labelled_accuracy']:.3f}"
+                                       if r.get("labelled_accuracy") is not None else ""]))
         print(f"| {r['method']} | {r['data']} | {fmt(r['precision'])} | {fmt(r['recall'])} | {fmt(r['f1'])} | "
               f"{fmt(r.get('expected_precision'))} | {fmt(r.get('expected_recall'))} | {fmt(r['pairs'], 'd')} | "
               f"{fmt(r['seconds'], '.1f')} | {note} |")
