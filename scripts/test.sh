@@ -16,6 +16,10 @@
 #      trixie's packages in the root of scripts/pg17_chroot.sh (its steps run inside that root),
 #      18 the private build of scripts/build_pg.sh; 16, 17 and 18 get a debug build of the
 #      extension. A major that setup could not provide fails its steps.
+#   2b. the Debian package of PostgreSQL 17 (scripts/package.sh), installed with apt in the trixie
+#      root, used (a new cluster, an embedding, a job), updated from the previous release's package
+#      and purged (tests/package/test_package.sh), and the file lists and fields of every package
+#      built under target/packages
 #   3. integration tests from a client (tests/integration: cancel, progress, concurrency, roles,
 #      and jobs in background workers with crash tests, on a second cluster with
 #      shared_preload_libraries), on 15
@@ -143,6 +147,16 @@ for m in $majors; do
   step "SQL golden tests (pg_regress), PostgreSQL $m" in_major golden "$m"
   [ "$m" = 15 ] || step "update from 0.1.0, dump and restore, jobs' crash test, PostgreSQL $m" in_major jobs "$m"
 done
+
+# 2b. The Debian package of 17 (scripts/package.sh), installed, used, updated from the previous
+# release's package and purged with apt inside the trixie root, and the file lists and fields of
+# the packages under target/packages (tests/package/test_package.sh). The packages it installs
+# hold the debug build the golden step made (TRIBUTARY_PACKAGE_PROFILE; the packages to ship,
+# bash scripts/package.sh, the release profile's fat LTO build): a release build would add minutes.
+case " $majors " in *" 17 "*)
+  step "Debian package: apt install, use, update, purge, PostgreSQL 17" counted pg_regress 17 package \
+    env TRIBUTARY_PACKAGE_PROFILE="${TRIBUTARY_PACKAGE_PROFILE:-debug}" bash tests/package/test_package.sh ;;
+esac
 
 # 3-4 share one throwaway cluster of 15.
 cluster_destroy test
