@@ -3,39 +3,40 @@
 -- privileges (SECURITY INVOKER): row-level security and column privileges apply to both tables.
 --
 -- How (the README, "Matching rows", says it for users):
--- 1. Each row of each side becomes the text `column: value; ...` of the matched columns (the left
---    names on both sides, so the texts line up) and is embedded once; each column whose values
---    are phrases (1.5 words or more on average) has its distinct values embedded too.
--- 2. Candidates: for every row, its k nearest rows of the other side by the row embedding, both
---    ways (pgvector cosine distance, through an HNSW index built on the side when it has more
---    than 2,000 rows, with iterative scans): rows x k pairs, never rows x rows.
--- 3. Evidence per column, for every candidate pair: the cosine similarity of the two values'
+-- 1. Each row of each side: its key and the matched columns' values as text.
+-- 2. Columns of phrases (3 words or more on average, mostly letters: titles, descriptions) are
+--    embedded, each distinct value once; every other column (names, numbers, codes, dates,
+--    phones: short values) is compared by string similarity only, without embedding.
+-- 3. Candidates: for every row, its k nearest rows of the other side by the embedding of its
+--    phrase columns (one phrase column: its value's embedding; several: the text `column:
+--    value; ...` of those, embedded), both ways (pgvector cosine distance, an HNSW index on a
+--    side of more than 2,000 rows, iterative scans); and blocking: pairs that agree exactly on
+--    the value of a short column, or of two, that at most k rows of each side hold; and every
+--    pair when the tables are small (at most 50,000 pairs).
+-- 4. Evidence per column, for every candidate pair: the cosine similarity of the values'
 --    embeddings (phrase columns) and a string similarity (tributary._string_similarity:
---    normalised Damerau-Levenshtein, for columns of short values: 64 characters or fewer on
---    average). A NULL on either side is missing evidence, not a mismatch. Each similarity is
---    rescaled so that what two unrelated rows typically score is 0 and equality is 1:
---    (s - u) / (1 - u), clamped to [0, 1], u its mean over 2,000 unrelated pairs (row i of one
---    side with row i + n/2 of the other, both in md5(key) order: deterministic, and almost never
---    a true pair). A column's evidence is the mean of its rescaled similarities.
--- 4. Score without labels: the mean of the columns' evidence weighted by how rarely unrelated
---    rows agree on that column and how often matches do: w = m ln(m / u) (0 when m <= u), u the
---    share of the unrelated pairs whose evidence is 0.9 or more (at least 1/2,000), m that share
---    among matches: agreeing on a state says little, on a birth date or an id much more, and a
---    column that matches often disagree on (a price, a note) weighs less (the agreement weight of
---    Fellegi and Sunter, "A theory for record linkage", JASA 64(328), 1969, weighted by how often
---    it applies). m is first 1 (so w = ln(1 / u)); then, as one step of Fellegi and Sunter's
---    estimation, it is read off the pairs those first scores accept (step 6), and every pair is
---    scored again. With labels: a logistic regression (tributary._logistic_fit, linfa-logistic)
---    over each column's evidence and whether it is present, learned from the labelled pairs; the
---    score is its probability of a match.
--- 5. Threshold: given, or with labels 0.5, or without labels read off the data: Kittler and
---    Illingworth's minimum-error cut (tributary._match_threshold) of the distribution of every
---    row's best and second-best candidate scores, capped at the 99th percentile of the
---    second-best ones (tributary._match_auto_threshold says why). The best of a row that has a
---    partner and the second-best of every row are the two classes that cut separates; the
---    second-best scores make the lower class exist even when every row has a partner.
--- 6. Accepted pairs: with one_to_one, pairs that are each other's best candidate (mutual best)
---    and score at or above the threshold; without, every candidate at or above it.
+--    normalised Damerau-Levenshtein, of the values or their sorted words), each rescaled so that
+--    what unrelated pairs score on average is 0 and equality is 1 ((s - u) / (1 - u), clamped),
+--    the larger of the two. A NULL on either side is missing evidence, not a mismatch. Unrelated
+--    pairs: about 10,000 pairs of rows in md5(key) order, row i with rows i + n/2 + t n/T
+--    (deterministic, almost never a true pair).
+-- 5. Without labels, a match probability: a Fellegi-Sunter model (Fellegi and Sunter, "A theory
+--    for record linkage", JASA 64(328), 1969) of the candidates' evidence, each column's
+--    similarity in one of five agreement levels, u (the share of non-matches at each level) read
+--    off the unrelated pairs, m (the share of matches) estimated by EM (Winkler 1988; Splink),
+--    and the prior estimated too: with one_to_one, each row's chance of having a partner, and a
+--    pair's probability is its share of its row's evidence (two candidates of one row share one
+--    match; tributary._match_em); without, two rows' chance of matching. With labels: a logistic
+--    regression (tributary._logistic_fit, linfa-logistic) over each column's evidence and
+--    whether it is present, learned from the labelled pairs; the score is its probability.
+-- 6. The cut: `threshold` when given, else the lowest whose accepted pairs have a mean
+--    probability (the model's expected precision) of `min_precision` or more, else probability
+--    0.5. No cut is read off a histogram.
+-- 7. Accepted pairs: with one_to_one, pairs that are each other's best candidate (mutual best)
+--    at or above the cut; without, every candidate at or above it. Each with its evidence per
+--    column (similarity, level, weight: its term of the log odds). What was learned (m, u, the
+--    prior, the estimated number of matches, expected precision and recall) goes to the NOTICE
+--    and to tributary_match_explain().
 -- Work lives in temporary tables (the TEMP privilege on the database is needed; not on a hot
 -- standby) dropped before the function returns; the embeddings go through
 -- tributary_embed_column, so progress NOTICEs, Ctrl-C and statement_timeout work as there.
@@ -43,6 +44,10 @@
 ALTER FUNCTION _string_similarity(text, text) SET SCHEMA tributary;
 ALTER FUNCTION _match_threshold(double precision[], text) SET SCHEMA tributary;
 ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SET SCHEMA tributary;
+ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
+ALTER FUNCTION _match_cut(double precision[], double precision) SET SCHEMA tributary;
+ALTER FUNCTION _match_clusters(integer[], integer[], double precision[], double precision) SET SCHEMA tributary;
+ALTER FUNCTION _match_remember(jsonb) SET SCHEMA tributary;
 
 -- tributary_match's own entry points to tributary_embed(text) and tributary_embed_column: the
 -- same C functions under other names in schema tributary, where no other role may create a
@@ -104,26 +109,48 @@ BEGIN
 END $$;
 
 -- tributary_match(left_table, right_table, columns [, right_columns, k, threshold, one_to_one,
--- labels, model]): the pairs of rows, one of each table, that are the same thing (the method:
--- this file's header). Returns the accepted pairs only, `(left_key, right_key, score)`: keys as
--- the primary key's text (`id::text`, a composite key as its row literal `(a,b)`), score in
--- [0, 1] (without labels the weighted evidence, with labels the probability of a match). Every
--- other candidate is an abstention. `right_columns` NULL: the same names as `columns`; the two
--- lists pair up by position. `left_table = right_table`: duplicates within one table, each
--- unordered pair once (left_key < right_key), never a row with itself. `k`: candidates per row
--- each way (1..1000). `threshold` NULL: read off the data without labels (or 0.5 with labels).
--- `labels`: a table or view with columns `left_key text, right_key text, is_match bool`. `model`
--- NULL: the default model. Cost: rows x k candidate pairs; the embedding of every row and of
--- each phrase column's distinct values dominates (BENCHMARKS.md, "Matching rows").
--- Errors: 22004 a NULL argument (but right_columns, threshold, labels, model); 22023 no
--- columns, lists of different lengths, k outside 1..1000, threshold outside [0, 1], labels with
--- a single class; 42703 an unknown column (also of labels); 42P10 a table without a primary key.
--- An empty table gives no rows.
+-- labels, model, min_precision]): the pairs of rows, one of each table, that are the same thing
+-- (the method: this file's header). Returns the accepted pairs only, `(left_key, right_key,
+-- score, evidence)`: keys as the primary key's text (`id::text`, a composite key as its row
+-- literal `(a,b)`), score the probability of a match in [0, 1], evidence per column
+-- `{"similarity", "level", "weight"}` (level NULL: a value missing; weight: the column's term of
+-- the log odds, ln(m / u) without labels). Every other candidate is an abstention.
+-- `right_columns` NULL: the same names as `columns`; the two lists pair up by position.
+-- `left_table = right_table`: duplicates within one table, each unordered pair once (left_key <
+-- right_key), never a row with itself. `k`: candidates per row each way and the blocking limit
+-- (1..1000). `threshold`: the cut on the probability (NULL: 0.5); `min_precision` in (0, 1]:
+-- the lowest cut with at least that expected precision instead. `labels`: a table or view with
+-- columns `left_key text, right_key text, is_match bool`. `model` NULL: the default model.
+-- Cost: rows x k candidate pairs; embedding only the phrase columns' distinct values.
+-- Errors: 22004 a NULL argument (but right_columns, threshold, labels, model, min_precision);
+-- 22023 no columns, lists of different lengths, k outside 1..1000, threshold outside [0, 1],
+-- min_precision outside (0, 1], both threshold and min_precision, labels with a single class;
+-- 42703 an unknown column (also of labels); 42P10 a table without a primary key. An empty table
+-- gives no rows.
 CREATE FUNCTION tributary_match(
     left_table regclass, right_table regclass, columns text[], right_columns text[] DEFAULT NULL,
     k integer DEFAULT 10, threshold float8 DEFAULT NULL, one_to_one boolean DEFAULT true,
-    labels regclass DEFAULT NULL, model text DEFAULT NULL)
-RETURNS TABLE (left_key text, right_key text, score float8)
+    labels regclass DEFAULT NULL, model text DEFAULT NULL, min_precision float8 DEFAULT NULL)
+RETURNS TABLE (left_key text, right_key text, score float8, evidence jsonb)
+LANGUAGE plpgsql VOLATILE SET jit = off SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT p.left_key, p.right_key, p.score, p.evidence
+      FROM tributary._match_pairs(left_table, right_table, columns, right_columns, k, threshold, one_to_one,
+                                  labels, model, min_precision, false) p
+     ORDER BY 1, 2;
+END $$;
+
+-- The work of tributary_match (its arguments, then `all_pairs`): every candidate pair with its
+-- probability when `all_pairs` (tributary_dedup's clusters need the pairs it rejects too), else
+-- the accepted ones only; `accepted` says which, `evidence` (accepted pairs only) each column's
+-- similarity, agreement level and weight (its term of the log odds of a match).
+CREATE FUNCTION tributary._match_pairs(
+    left_table regclass, right_table regclass, columns text[], right_columns text[],
+    k integer, threshold float8, one_to_one boolean, labels regclass, model text, min_precision float8,
+    all_pairs boolean)
+RETURNS TABLE (left_key text, right_key text, score float8, accepted boolean, evidence jsonb)
 LANGUAGE plpgsql VOLATILE SET jit = off SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -148,9 +175,30 @@ DECLARE
     made oid[] := '{}';   -- the temporary tables and view this call made, to drop (never a caller's)
     pair_order text;
     i int;
+    j int;
+    t_off int;
+    ei int;
+    n_emb int;
     t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
     t_embed float8;
     t_cand float8;
+    n_cand bigint;
+    n_acc bigint;
+    nlev int;
+    fit_p float8[];
+    fit_prior float8;
+    fit_partnered float8[];
+    fit_m float8[];
+    fit_u float8[];
+    fit_bounds float8[];
+    fit_iter int;
+    fit_conv boolean;
+    est float8;
+    acc_sum float8;
+    exp_prec float8;
+    exp_rec float8;
+    col_info jsonb;
+    explanation jsonb;
 BEGIN
     IF left_table IS NULL OR right_table IS NULL OR columns IS NULL OR k IS NULL OR one_to_one IS NULL THEN
         RAISE EXCEPTION '% must not be NULL',
@@ -173,7 +221,15 @@ BEGIN
     END IF;
     IF threshold < 0 OR threshold > 1 THEN
         RAISE EXCEPTION 'threshold must be between 0 and 1, not %', threshold USING ERRCODE = '22023',
-            HINT = 'Leave it NULL to have it read off the data.';
+            HINT = 'Leave it NULL to accept the pairs whose probability of a match is 0.5 or more.';
+    END IF;
+    IF min_precision <= 0 OR min_precision > 1 THEN
+        RAISE EXCEPTION 'min_precision must be above 0 and at most 1, not %', min_precision USING ERRCODE = '22023',
+            HINT = 'It is the share of the accepted pairs that should be matches, as the model expects it: 0.99, say.';
+    END IF;
+    IF threshold IS NOT NULL AND min_precision IS NOT NULL THEN
+        RAISE EXCEPTION 'threshold and min_precision cannot both be given' USING ERRCODE = '22023',
+            HINT = 'threshold cuts the probabilities where you say; min_precision has the cut chosen for an expected precision.';
     END IF;
     self := left_table = right_table;
 
@@ -209,14 +265,10 @@ BEGIN
         PERFORM tributary._match_drop(made);
         RETURN;
     END IF;
-    PERFORM tributary._embed_column('pg_temp.tributary_match_l', '{txt}', 'e', model => model);
-    IF NOT self THEN
-        PERFORM tributary._embed_column('pg_temp.tributary_match_r', '{txt}', 'e', model => model);
-    END IF;
-
-    -- 2. Which columns are phrases (embedded) and which are short (string similarity).
-    SELECT array_agg(coalesce(p.words >= 1.5 AND p.letters >= 0.5, false) ORDER BY p.i),
-           array_agg(coalesce(p.len <= 64 OR NOT (p.words >= 1.5 AND p.letters >= 0.5), true) ORDER BY p.i)
+    -- 2. Which columns are phrases (embedded: 3 words or more on average, mostly letters) and
+    -- which are short (string similarity: 64 characters or fewer on average, or not phrases).
+    SELECT array_agg(coalesce(p.words >= 3 AND p.letters >= 0.5, false) ORDER BY p.i),
+           array_agg(coalesce(p.len <= 64 OR NOT (p.words >= 3 AND p.letters >= 0.5), true) ORDER BY p.i)
       INTO emb, str
       FROM (SELECT c.i, avg(array_length(regexp_split_to_array(x.v[c.i], '\s+'), 1)) AS words,
                    avg(length(x.v[c.i])) AS len, avg((x.v[c.i] ~ '[[:alpha:]]')::int) AS letters
@@ -224,6 +276,8 @@ BEGIN
               LEFT JOIN (SELECT v FROM pg_temp.tributary_match_l UNION ALL
                          SELECT v FROM pg_temp.tributary_match_r WHERE NOT self) x ON x.v[c.i] IS NOT NULL
              GROUP BY c.i) p;
+    n_emb := coalesce(cardinality(array_positions(emb, true)), 0);
+    -- Each phrase column's distinct values, embedded once.
     EXECUTE format('CREATE TEMP TABLE tributary_match_v (col int, val text, e %s.vector(%s), PRIMARY KEY (col, val))
                     ON COMMIT DROP', vec, dims);
     made := made || 'pg_temp.tributary_match_v'::regclass::oid;
@@ -232,7 +286,30 @@ BEGIN
       FROM generate_series(1, n) c(i),
            LATERAL (SELECT v FROM pg_temp.tributary_match_l UNION ALL SELECT v FROM pg_temp.tributary_match_r WHERE NOT self) x
      WHERE emb[c.i] AND x.v[c.i] IS NOT NULL;
-    PERFORM tributary._embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
+    IF n_emb > 0 THEN
+        PERFORM tributary._embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
+    END IF;
+    -- The rows' embeddings, for the nearest-neighbour candidates: of the phrase columns only
+    -- (short columns find candidates by blocking, step 3). One phrase column: its value's
+    -- embedding; several: the text `name: value; ...` of those columns, embedded; none: none.
+    IF n_emb = 1 THEN
+        ei := array_position(emb, true);
+        UPDATE pg_temp.tributary_match_l l SET e = v.e FROM pg_temp.tributary_match_v v WHERE v.col = ei AND v.val = l.v[ei];
+        IF NOT self THEN
+            UPDATE pg_temp.tributary_match_r r SET e = v.e FROM pg_temp.tributary_match_v v WHERE v.col = ei AND v.val = r.v[ei];
+        END IF;
+    ELSIF n_emb > 1 THEN
+        UPDATE pg_temp.tributary_match_l l
+           SET txt = (SELECT string_agg(c.name || ': ' || l.v[c.i], '; ' ORDER BY c.i)
+                        FROM unnest(columns) WITH ORDINALITY AS c(name, i) WHERE emb[c.i] AND l.v[c.i] IS NOT NULL);
+        PERFORM tributary._embed_column('pg_temp.tributary_match_l', '{txt}', 'e', model => model);
+        IF NOT self THEN
+            UPDATE pg_temp.tributary_match_r r
+               SET txt = (SELECT string_agg(c.name || ': ' || r.v[c.i], '; ' ORDER BY c.i)
+                            FROM unnest(columns) WITH ORDINALITY AS c(name, i) WHERE emb[c.i] AND r.v[c.i] IS NOT NULL);
+            PERFORM tributary._embed_column('pg_temp.tributary_match_r', '{txt}', 'e', model => model);
+        END IF;
+    END IF;
 
     t_embed := extract(epoch FROM clock_timestamp() - t0);
     -- 3. Candidates: k nearest each way, and the unrelated pairs that calibrate the evidence.
@@ -242,10 +319,10 @@ BEGIN
     -- (iterative scans go on past ef_search when the filter leaves fewer than k).
     PERFORM set_config('hnsw.ef_search', least(1000, greatest(40, 2 * k))::text, true);
     PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
-    IF n_left > 2000 THEN
+    IF n_left > 2000 AND n_emb > 0 THEN
         EXECUTE format('CREATE INDEX ON pg_temp.tributary_match_l USING hnsw (e %s.vector_cosine_ops)', vec);
     END IF;
-    IF n_right > 2000 AND NOT self THEN
+    IF n_right > 2000 AND n_emb > 0 AND NOT self THEN
         EXECUTE format('CREATE INDEX ON pg_temp.tributary_match_r USING hnsw (e %s.vector_cosine_ops)', vec);
     END IF;
     ANALYZE pg_temp.tributary_match_l;
@@ -261,34 +338,57 @@ BEGIN
                 WHERE x.e IS NOT NULL) p ON CONFLICT DO NOTHING';
     -- Never a row with itself; two tables' rows with equal keys are candidates like any others.
     same := CASE WHEN self THEN ' AND z.key <> x.key' ELSE '' END;
-    EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, pair_order, 'l', 'r', same, vec, k);
-    IF NOT self THEN
+    IF n_emb > 0 THEN
+        EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, pair_order, 'l', 'r', same, vec, k);
+    END IF;
+    IF NOT self AND n_emb > 0 THEN
         EXECUTE 'INSERT INTO pg_temp.tributary_match_c ' || format(near, 'b, a', 'r', 'l', same, vec, k);
     END IF;
-    -- And blocking on rare values: pairs that agree exactly (case and spaces aside) on a short
-    -- column's value that at most k rows of each side hold (an id, a date, a phone number):
-    -- at most rows x k pairs a column.
+    -- And blocking on rare values: pairs that agree exactly (case aside) on a short column's
+    -- value, or on the values of two short columns, that at most k rows of each side hold (an
+    -- id, a date, a phone number; a surname with a postcode): at most rows x k pairs a key, and
+    -- a pair whose values all have typing errors but two is still found.
     FOR i IN 1 .. n LOOP
         CONTINUE WHEN NOT str[i];
+        FOR j IN i .. n LOOP
+            CONTINUE WHEN NOT str[j];
+            EXECUTE format(
+                'INSERT INTO pg_temp.tributary_match_c
+                 WITH lv AS (SELECT key, lower(v[$1] || chr(31) || CASE WHEN $2 = $1 THEN '''' ELSE v[$2] END) AS x
+                               FROM pg_temp.tributary_match_l WHERE v[$1] IS NOT NULL AND v[$2] IS NOT NULL),
+                      rv AS (SELECT key, lower(v[$1] || chr(31) || CASE WHEN $2 = $1 THEN '''' ELSE v[$2] END) AS x
+                               FROM pg_temp.tributary_match_r WHERE v[$1] IS NOT NULL AND v[$2] IS NOT NULL),
+                      rare AS (SELECT x FROM lv GROUP BY x HAVING count(*) <= $3
+                               INTERSECT SELECT x FROM rv GROUP BY x HAVING count(*) <= $3)
+                 SELECT %s, ''c'' FROM (SELECT lv.key AS a, rv.key AS b FROM lv JOIN rv ON rv.x = lv.x
+                                         WHERE lv.x IN (SELECT x FROM rare) AND (NOT $4 OR lv.key <> rv.key)) p
+                 ON CONFLICT DO NOTHING', pair_order)
+              USING i, j, k, self;
+        END LOOP;
+    END LOOP;
+    -- Small tables: every pair is a candidate (at most 50,000 pairs), so none is missed.
+    IF (CASE WHEN self THEN n_left * (n_left - 1) / 2 ELSE n_left * n_right END) <= 50000 THEN
         EXECUTE format(
             'INSERT INTO pg_temp.tributary_match_c
-             WITH lv AS (SELECT key, lower(v[$1]) AS x FROM pg_temp.tributary_match_l WHERE v[$1] IS NOT NULL),
-                  rv AS (SELECT key, lower(v[$1]) AS x FROM pg_temp.tributary_match_r WHERE v[$1] IS NOT NULL),
-                  rare AS (SELECT x FROM lv GROUP BY x HAVING count(*) <= $2
-                           INTERSECT SELECT x FROM rv GROUP BY x HAVING count(*) <= $2)
-             SELECT %s, ''c'' FROM (SELECT lv.key AS a, rv.key AS b FROM lv JOIN rv ON rv.x = lv.x
-                                     WHERE lv.x IN (SELECT x FROM rare) AND (NOT $3 OR lv.key <> rv.key)) p
+             SELECT %s, ''c'' FROM (SELECT l.key AS a, r.key AS b FROM pg_temp.tributary_match_l l, pg_temp.tributary_match_r r
+                                     WHERE NOT $1 OR l.key < r.key) p
              ON CONFLICT DO NOTHING', pair_order)
-          USING i, k, self;
-    END LOOP;
+          USING self;
+    END IF;
     PERFORM set_config('hnsw.ef_search', coalesce(nullif(old_ef, ''), '40'), true);
     PERFORM set_config('hnsw.iterative_scan', coalesce(nullif(old_iter, ''), 'off'), true);
+    -- Unrelated pairs, which give u (how often two rows that are not the same thing agree):
+    -- about 10,000 pairs (every pair of small tables), rows of both sides in md5(key) order,
+    -- row i of the left with rows i + n/2 + t n/T of the right for T offsets t: deterministic,
+    -- spread over both sides, and almost never a true pair.
+    t_off := least(n_right, greatest(1, ceil(10000.0 / n_left)))::int;
     INSERT INTO pg_temp.tributary_match_c
     SELECT l.key, r.key, 'u'
       FROM (SELECT key, row_number() OVER (ORDER BY md5(key)) - 1 AS i FROM pg_temp.tributary_match_l) l
-      JOIN (SELECT key, row_number() OVER (ORDER BY md5(key)) - 1 AS i, count(*) OVER () AS m FROM pg_temp.tributary_match_r) r
-        ON r.i = (l.i + r.m / 2) % r.m
-     WHERE l.i < 2000 AND l.key <> r.key
+     CROSS JOIN generate_series(0, t_off - 1) t(t)
+      JOIN (SELECT key, row_number() OVER (ORDER BY md5(key)) - 1 AS i FROM pg_temp.tributary_match_r) r
+        ON r.i = (l.i + n_right / 2 + t.t * n_right / t_off) % n_right
+     WHERE l.i < ceil(10000.0 / t_off) AND l.key <> r.key
     ON CONFLICT DO NOTHING;
     IF labels IS NOT NULL THEN
         PERFORM tributary._match_check_labels(labels);
@@ -318,39 +418,41 @@ BEGIN
            LEFT JOIN pg_temp.tributary_match_v vr ON $1[i.i] AND vr.col = i.i AND vr.val = r.v[i.i]', vec)
       USING emb, str, n;
     made := made || 'pg_temp.tributary_match_f'::regclass::oid;
-    -- u: the mean raw similarity of unrelated pairs; evidence = mean of the rescaled ones.
+    -- u: the mean raw similarity of unrelated pairs; evidence = the larger of the rescaled ones
+    -- (a name with a typing error is far in embedding space and near by edit distance); a
+    -- missing value stays missing (least and greatest skip NULLs: test for it first).
     WITH u AS (SELECT f.i, avg(f.es) AS ue, avg(f.ss) AS us FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i)
     UPDATE pg_temp.tributary_match_f f
-       SET es = (SELECT avg(s) FROM (VALUES
-                     (CASE WHEN u.ue < 0.99 THEN greatest(0, least(1, (f.es - u.ue) / (1 - u.ue))) END),
-                     (CASE WHEN u.us < 0.99 THEN greatest(0, least(1, (f.ss - u.us) / (1 - u.us))) END)) x(s))
+       SET es = greatest(CASE WHEN f.es IS NOT NULL AND u.ue < 0.99 THEN greatest(0, least(1, (f.es - u.ue) / (1 - u.ue))) END,
+                         CASE WHEN f.ss IS NOT NULL AND u.us < 0.99 THEN greatest(0, least(1, (f.ss - u.us) / (1 - u.us))) END)
       FROM u WHERE u.i = f.i;
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
     made := made || 'pg_temp.tributary_match_s'::regclass::oid;
-    IF labels IS NULL THEN
-        -- u: how often unrelated pairs agree on a column (evidence 0.9 or more, at least 1/2,000);
-        -- m: how often matches do, 1 until it is estimated below.
-        CREATE TEMP TABLE tributary_match_w ON COMMIT DROP AS
-        SELECT f.i, greatest(avg((coalesce(f.es, 0) >= 0.9)::int), 1.0 / 2000)::float8 AS u, 1.0::float8 AS m
-          FROM pg_temp.tributary_match_f f WHERE f.kind = 'u' GROUP BY f.i;
-        made := made || 'pg_temp.tributary_match_w'::regclass::oid;
-        PERFORM tributary._match_score();
-        IF threshold IS NULL THEN
-            -- One step of Fellegi and Sunter's estimation: m from the pairs the first scores
-            -- accept (mutual best, above their own threshold), then the scores again. A column
-            -- that matches often disagree on (a price, a free-text note) weighs less.
-            thr := tributary._match_auto_threshold(self);
-            UPDATE pg_temp.tributary_match_w w SET m = x.m
-              FROM (SELECT f.i, avg((f.es >= 0.9)::int)::float8 AS m
-                      FROM pg_temp.tributary_match_f f
-                      JOIN tributary._match_accepted(self, coalesce(thr, 0.5), true) a ON a.lk = f.lk AND a.rk = f.rk
-                     WHERE f.kind = 'c' AND f.es IS NOT NULL
-                     GROUP BY f.i HAVING count(*) >= 20) x
-             WHERE x.i = w.i;
-            TRUNCATE pg_temp.tributary_match_s;
-            PERFORM tributary._match_score();
-        END IF;
-    ELSE
+    SELECT count(*) INTO n_cand FROM pg_temp.tributary_match_c c WHERE c.kind = 'c';
+    IF labels IS NULL AND n_cand > 0 THEN
+        -- 5. The match probability without labels: the two-class model fitted by EM
+        -- (tributary._match_em) to every candidate pair's evidence, the rows numbered in one
+        -- space (a row of one table is one number however many pairs it is in).
+        CREATE TEMP TABLE tributary_match_n ON COMMIT DROP AS
+        SELECT 'l'::text AS side, l.key, (row_number() OVER (ORDER BY l.key) - 1)::int AS i FROM pg_temp.tributary_match_l l
+        UNION ALL
+        SELECT 'r', r.key, (n_left + row_number() OVER (ORDER BY r.key) - 1)::int FROM pg_temp.tributary_match_r r WHERE NOT self;
+        made := made || 'pg_temp.tributary_match_n'::regclass::oid;
+        SELECT em.p, em.prior, em.partnered, em.m, em.u, em.bounds, em.iterations, em.converged
+          INTO fit_p, fit_prior, fit_partnered, fit_m, fit_u, fit_bounds, fit_iter, fit_conv
+          FROM (SELECT array_agg(nl.i ORDER BY c.lk, c.rk) AS a, array_agg(nr.i ORDER BY c.lk, c.rk) AS b
+                  FROM pg_temp.tributary_match_c c
+                  JOIN pg_temp.tributary_match_n nl ON nl.side = 'l' AND nl.key = c.lk
+                  JOIN pg_temp.tributary_match_n nr ON nr.side = CASE WHEN self THEN 'l' ELSE 'r' END AND nr.key = c.rk
+                 WHERE c.kind = 'c') p,
+               (SELECT array_agg(f.es ORDER BY f.lk, f.rk, f.i) AS x FROM pg_temp.tributary_match_f f WHERE f.kind = 'c') x,
+               (SELECT coalesce(array_agg(f.es ORDER BY f.lk, f.rk, f.i), '{}') AS ux FROM pg_temp.tributary_match_f f WHERE f.kind = 'u') ux,
+               LATERAL tributary._match_em(p.a, p.b, x.x, ux.ux, n_left, n_right, self, one_to_one) em;
+        nlev := cardinality(fit_bounds) + 1;
+        INSERT INTO pg_temp.tributary_match_s
+        SELECT q.lk, q.rk, 'c', fit_p[q.o]
+          FROM (SELECT c.lk, c.rk, row_number() OVER (ORDER BY c.lk, c.rk) AS o FROM pg_temp.tributary_match_c c WHERE c.kind = 'c') q;
+    ELSIF n_cand > 0 THEN
         -- Features per pair: each column's evidence (0 when missing) and whether it is present.
         SELECT tributary._logistic_fit(array_agg(x ORDER BY p.lk, p.rk, p.j), y.ys, 1.0)
           INTO coef
@@ -370,69 +472,100 @@ BEGIN
          GROUP BY f.lk, f.rk, f.kind;
     END IF;
 
-    -- 5. The threshold: given, 0.5 with labels, or read off the best and second-best scores.
+    -- 6. The cut: given, or the lowest whose accepted pairs have a mean probability (the
+    -- model's expected precision) of min_precision or more, or probability 0.5.
     IF threshold IS NOT NULL THEN
         thr := threshold; how := 'given';
-    ELSIF labels IS NOT NULL THEN
-        thr := 0.5; how := 'probability 0.5 (labels)';
+    ELSIF min_precision IS NOT NULL THEN
+        SELECT tributary._match_cut(array_agg(a.score), min_precision) INTO thr
+          FROM tributary._match_accepted(self, 0, one_to_one) a;
+        how := format('the lowest cut with an expected precision of %s or more', min_precision);
+        IF thr IS NULL THEN
+            thr := 'Infinity'; how := format('no cut reaches an expected precision of %s', min_precision);
+        END IF;
     ELSE
-        thr := tributary._match_auto_threshold(self);
-        thr := coalesce(thr, 0.5);
-        how := 'minimum-error cut of the best and second-best candidate scores, capped at the second-best''s 99th percentile';
+        thr := 0.5; how := 'probability of a match 0.5';
     END IF;
+    CREATE TEMP TABLE tributary_match_a ON COMMIT DROP AS
+    SELECT a.lk, a.rk FROM tributary._match_accepted(self, thr, one_to_one) a;
+    made := made || 'pg_temp.tributary_match_a'::regclass::oid;
+    SELECT count(*), coalesce(avg(s.score), 1), coalesce(sum(s.score), 0) INTO n_acc, exp_prec, acc_sum
+      FROM pg_temp.tributary_match_s s JOIN pg_temp.tributary_match_a a ON a.lk = s.lk AND a.rk = s.rk;
+    SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
+    exp_rec := CASE WHEN est > 0 THEN acc_sum / est ELSE 1 END;
+
+    -- 7. What it learned and decided: for tributary_match_explain() and the NOTICE. Per column:
+    -- how it was compared and, without labels, m and u over the agreement levels (with labels,
+    -- the logistic regression's weight of the evidence and of its presence).
+    SELECT jsonb_agg(jsonb_build_object(
+               'column', columns[c.i], 'right_column', rcols[c.i],
+               'compared_by', CASE WHEN emb[c.i] AND str[c.i] THEN 'embedding and string similarity'
+                                   WHEN emb[c.i] THEN 'embedding' ELSE 'string similarity' END)
+             || CASE WHEN fit_m IS NOT NULL THEN jsonb_build_object(
+                    'm', (SELECT jsonb_agg(round(fit_m[(c.i - 1) * nlev + l]::numeric, 4) ORDER BY l) FROM generate_series(1, nlev) l),
+                    'u', (SELECT jsonb_agg(round(fit_u[(c.i - 1) * nlev + l]::numeric, 4) ORDER BY l) FROM generate_series(1, nlev) l),
+                    'agree_m', round((fit_m[(c.i - 1) * nlev + nlev - 1] + fit_m[(c.i - 1) * nlev + nlev])::numeric, 4),
+                    'agree_u', round((fit_u[(c.i - 1) * nlev + nlev - 1] + fit_u[(c.i - 1) * nlev + nlev])::numeric, 4))
+                  WHEN coef IS NOT NULL THEN jsonb_build_object(
+                    'weight', round(coef[c.i * 2]::numeric, 4), 'present_weight', round(coef[c.i * 2 + 1]::numeric, 4))
+                  ELSE '{}'::jsonb END
+             ORDER BY c.i)
+      INTO col_info
+      FROM generate_series(1, n) c(i);
+    explanation := jsonb_build_object(
+        'left_table', left_table::text, 'right_table', right_table::text,
+        'rows', jsonb_build_array(n_left, n_right), 'k', k, 'candidate_pairs', n_cand,
+        'model', CASE WHEN labels IS NOT NULL THEN 'logistic regression on the labelled pairs'
+                      ELSE 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END END,
+        'levels', CASE WHEN fit_bounds IS NOT NULL THEN
+                      (SELECT jsonb_agg(CASE WHEN l = 1 THEN '< ' || fit_bounds[1]
+                                             WHEN l = nlev THEN '>= ' || fit_bounds[nlev - 1]
+                                             ELSE fit_bounds[l - 1] || '-' || fit_bounds[l] END ORDER BY l)
+                         FROM generate_series(1, nlev) l) END,
+        'prior', fit_prior,
+        'rows_with_a_partner', CASE WHEN fit_partnered IS NOT NULL AND one_to_one THEN
+                                   jsonb_build_array(round(fit_partnered[1]::numeric, 4), round(fit_partnered[2]::numeric, 4)) END,
+        'iterations', fit_iter, 'converged', fit_conv,
+        'estimated_matches', round(est::numeric, 1),
+        'threshold', CASE WHEN thr = 'Infinity' THEN NULL ELSE round(thr::numeric, 6) END, 'how', how,
+        'accepted', n_acc, 'expected_precision', round(exp_prec::numeric, 4), 'expected_recall', round(exp_rec::numeric, 4),
+        'columns', col_info,
+        'seconds', jsonb_build_object('embedding', round(t_embed::numeric, 2), 'candidates', round(t_cand::numeric, 2),
+                                      'evidence_and_fit', round((extract(epoch FROM clock_timestamp() - t0) - t_embed - t_cand)::numeric, 2)));
+    PERFORM tributary._match_remember(explanation);
     IF report THEN
-        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %), threshold % (%); % s embedding, % s candidates, % s evidence',
-            n_left, n_right, (SELECT count(*) FROM pg_temp.tributary_match_s), k, round(thr::numeric, 4), how,
-            round(t_embed::numeric, 1), round(t_cand::numeric, 1),
-            round((extract(epoch FROM clock_timestamp() - t0) - t_embed - t_cand)::numeric, 1);
+        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %); %; estimated matches %, threshold % (%), accepted %, expected precision %, expected recall %; per column P(agree | match) / P(agree | non-match): %; % s embedding, % s candidates, % s evidence and fit',
+            n_left, n_right, n_cand, k, explanation->>'model', round(est::numeric, 1),
+            coalesce(round(thr::numeric, 4)::text, 'none'), how, n_acc, round(exp_prec::numeric, 4), round(exp_rec::numeric, 4),
+            coalesce((SELECT string_agg(format('%s %s / %s', e->>'column', e->>'agree_m', e->>'agree_u'), ', ')
+                        FROM jsonb_array_elements(col_info) e WHERE e ? 'agree_m'), 'n/a (labels)'),
+            explanation->'seconds'->>'embedding', explanation->'seconds'->>'candidates', explanation->'seconds'->>'evidence_and_fit';
     END IF;
 
-    -- 6. Accepted pairs.
-    RETURN QUERY SELECT a.lk, a.rk, a.score FROM tributary._match_accepted(self, thr, one_to_one) a ORDER BY 1, 2;
+    -- 8. The pairs: accepted ones with their evidence per column, and (all_pairs) the others.
+    RETURN QUERY
+    WITH ev AS (
+        SELECT f.lk, f.rk,
+               jsonb_object_agg(columns[f.i], jsonb_build_object(
+                   'similarity', round(f.es::numeric, 4),
+                   'level', CASE WHEN fit_bounds IS NOT NULL AND f.es IS NOT NULL THEN width_bucket(f.es, fit_bounds) END,
+                   'weight', round((CASE WHEN f.es IS NULL THEN 0
+                                         WHEN fit_m IS NOT NULL THEN
+                                             ln(fit_m[(f.i - 1) * nlev + width_bucket(f.es, fit_bounds) + 1]
+                                                / fit_u[(f.i - 1) * nlev + width_bucket(f.es, fit_bounds) + 1])
+                                         ELSE coef[f.i * 2] * f.es + coef[f.i * 2 + 1] END)::numeric, 3))
+                   ORDER BY f.i) AS evidence
+          FROM pg_temp.tributary_match_f f
+          JOIN pg_temp.tributary_match_a a ON a.lk = f.lk AND a.rk = f.rk
+         WHERE f.kind = 'c'
+         GROUP BY f.lk, f.rk)
+    SELECT s.lk, s.rk, s.score, a.lk IS NOT NULL, ev.evidence
+      FROM pg_temp.tributary_match_s s
+      LEFT JOIN pg_temp.tributary_match_a a ON a.lk = s.lk AND a.rk = s.rk
+      LEFT JOIN ev ON ev.lk = s.lk AND ev.rk = s.rk
+     WHERE all_pairs OR a.lk IS NOT NULL;
 
     PERFORM tributary._match_drop(made);
-END $$;
-
--- tributary_match's scores without labels, from its evidence (pg_temp.tributary_match_f) and
--- column weights (pg_temp.tributary_match_w: u, m): the weighted mean of the columns' evidence
--- that is present, each column weighing m ln(m / u) (its expected agreement weight over matches;
--- ln(1 / u) while m = 1), 0 when m <= u. Fills pg_temp.tributary_match_s.
-CREATE FUNCTION tributary._match_score() RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    INSERT INTO pg_temp.tributary_match_s
-    SELECT f.lk, f.rk, f.kind, sum(w.w * f.es) / nullif(sum(w.w) FILTER (WHERE f.es IS NOT NULL), 0)
-      FROM pg_temp.tributary_match_f f
-      JOIN (SELECT x.i, CASE WHEN x.m > x.u THEN x.m * ln(x.m / x.u) ELSE 0 END AS w FROM pg_temp.tributary_match_w x) w ON w.i = f.i
-     WHERE f.kind = 'c'
-     GROUP BY f.lk, f.rk, f.kind;
-END $$;
-
--- The threshold tributary_match reads off its scores (pg_temp.tributary_match_s) without labels:
--- the minimum-error cut of every row's best and second-best candidate scores, but never above
--- the 99th percentile of the second-best ones. A row's second-best candidate is its best
--- non-match when it has a partner, which is what the best candidate of a row without a partner
--- is, so at most about 1 in 100 rows without a partner has its best candidate above that cap
--- (and it must then also be mutual best, with one_to_one). The cap matters when the matches'
--- scores have a long lower tail, which a bell-shaped fit cuts inside of. In one table a row's
--- candidates are the pairs on either side of it. NULL with fewer than two distinct scores.
-CREATE FUNCTION tributary._match_auto_threshold(self boolean) RETURNS float8
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    cut float8;
-    cap float8;
-BEGIN
-    WITH ranked AS (
-        SELECT e.score, row_number() OVER (PARTITION BY e.side, e.key ORDER BY e.score DESC, e.other) AS rnk
-          FROM (SELECT 'l' AS side, s.lk AS key, s.rk AS other, s.score FROM pg_temp.tributary_match_s s
-                UNION ALL
-                SELECT CASE WHEN self THEN 'l' ELSE 'r' END, s.rk, s.lk, s.score FROM pg_temp.tributary_match_s s) e
-         WHERE e.score IS NOT NULL)
-    SELECT tributary._match_threshold(array_agg(r.score) FILTER (WHERE r.rnk <= 2), 'minimum_error'),
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY r.score) FILTER (WHERE r.rnk = 2)
-      INTO cut, cap
-      FROM ranked r;
-    RETURN least(cut, cap);
 END $$;
 
 -- The pairs of pg_temp.tributary_match_s scoring `thr` or more; with `one_to_one` only those that
@@ -470,7 +603,7 @@ BEGIN
     SELECT string_agg(c.relname, ', ' ORDER BY c.relname) INTO taken
       FROM pg_catalog.pg_class c
      WHERE c.relnamespace = pg_catalog.pg_my_temp_schema()
-       AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'w', 'e', 'n']) x);
+       AND c.relname IN (SELECT prefix || x FROM unnest(ARRAY['l', 'r', 'v', 'c', 'f', 's', 'n', 'a', 'e']) x);
     IF taken IS NOT NULL THEN
         RAISE EXCEPTION 'temporary relation "%" already exists', split_part(taken, ', ', 1) USING ERRCODE = '42P07',
             DETAIL = format('%s keeps its work in temporary tables named %s*; this session has %s.',
@@ -509,20 +642,25 @@ BEGIN
     END LOOP;
 END $$;
 
--- tributary_dedup(tbl, columns [, k, threshold, labels, model]): groups of rows of `tbl` that are
--- the same thing: the connected components of the pairs tributary_match(tbl, tbl, columns, k =>
--- k, threshold => threshold, one_to_one => false, labels => labels, model => model) accepts
--- (so a row and two copies of it form one group). Returns `(cluster, key)` for every row in a
--- group of two or more: `cluster` numbers the groups 1, 2, ... in the order of their smallest
--- key, `key` as tributary_match writes it. Errors: tributary_match's.
+-- tributary_dedup(tbl, columns [, k, threshold, labels, model, min_precision]): groups of rows
+-- of `tbl` that are the same thing, from every candidate pair of tributary_match(tbl, tbl,
+-- columns, k => k, threshold => threshold, one_to_one => false, labels => labels, model => model,
+-- min_precision => min_precision) and its probability: the accepted pairs, most probable first,
+-- join their rows' groups unless the pairs compared between the two groups have a mean
+-- probability under the cut (average linkage, tributary._match_clusters), so a group is not
+-- joined through one strong link when the other pairs it would hold are unlikely; a row and two
+-- copies of it still form one group. Returns `(cluster, key)` for every row in a group of two
+-- or more: `cluster` numbers the groups 1, 2, ... in the order of their smallest key, `key` as
+-- tributary_match writes it. tributary_match_explain() describes the call. Errors:
+-- tributary_match's.
 CREATE FUNCTION tributary_dedup(
     tbl regclass, columns text[], k integer DEFAULT 10, threshold float8 DEFAULT NULL,
-    labels regclass DEFAULT NULL, model text DEFAULT NULL)
+    labels regclass DEFAULT NULL, model text DEFAULT NULL, min_precision float8 DEFAULT NULL)
 RETURNS TABLE (cluster bigint, key text)
 LANGUAGE plpgsql VOLATILE SET jit = off SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
-    changed bigint;
+    thr float8;
     made oid[] := '{}';   -- the temporary tables this call made, to drop (never a caller's)
 BEGIN
     IF tbl IS NULL THEN
@@ -530,27 +668,26 @@ BEGIN
     END IF;
     PERFORM tributary._match_names_free('tributary_dedup_');
     CREATE TEMP TABLE tributary_dedup_e ON COMMIT DROP AS
-    SELECT m.left_key AS a, m.right_key AS b
-      FROM @extschema@.tributary_match(left_table => tbl, right_table => tbl, columns => columns, k => k,
-                                       threshold => threshold, one_to_one => false, labels => labels, model => model) m;
+    SELECT m.left_key AS a, m.right_key AS b, m.score AS p
+      FROM tributary._match_pairs(tbl, tbl, columns, NULL, k, threshold, false, labels, model, min_precision, true) m
+     WHERE m.score IS NOT NULL;
     made := made || 'pg_temp.tributary_dedup_e'::regclass::oid;
-    -- Connected components by label propagation: every node takes the smallest label among its
-    -- neighbours until nothing changes (at most the longest path's length rounds).
+    thr := coalesce((@extschema@.tributary_match_explain()->>'threshold')::float8, 'Infinity');
+    -- The rows of the pairs, numbered in key order (so a group's smallest number is its smallest key).
     CREATE TEMP TABLE tributary_dedup_n ON COMMIT DROP AS
-    SELECT x.k AS node, x.k AS comp FROM (SELECT a AS k FROM pg_temp.tributary_dedup_e UNION SELECT b FROM pg_temp.tributary_dedup_e) x;
+    SELECT x.k AS node, (row_number() OVER (ORDER BY x.k) - 1)::int AS i
+      FROM (SELECT e.a AS k FROM pg_temp.tributary_dedup_e e UNION SELECT e.b FROM pg_temp.tributary_dedup_e e) x;
     made := made || 'pg_temp.tributary_dedup_n'::regclass::oid;
-    CREATE UNIQUE INDEX ON pg_temp.tributary_dedup_n (node);
-    LOOP
-        WITH m AS (SELECT e.a AS node, min(n.comp) AS comp FROM pg_temp.tributary_dedup_e e JOIN pg_temp.tributary_dedup_n n ON n.node = e.b GROUP BY e.a
-                   UNION ALL
-                   SELECT e.b, min(n.comp) FROM pg_temp.tributary_dedup_e e JOIN pg_temp.tributary_dedup_n n ON n.node = e.a GROUP BY e.b)
-        UPDATE pg_temp.tributary_dedup_n n SET comp = m2.comp
-          FROM (SELECT m.node, min(m.comp) AS comp FROM m GROUP BY m.node) m2
-         WHERE n.node = m2.node AND m2.comp < n.comp;
-        GET DIAGNOSTICS changed = ROW_COUNT;
-        EXIT WHEN changed = 0;
-    END LOOP;
     RETURN QUERY
-    SELECT dense_rank() OVER (ORDER BY n.comp), n.node FROM pg_temp.tributary_dedup_n n ORDER BY n.comp, n.node;
+    WITH g AS (
+        SELECT tributary._match_clusters(array_agg(na.i ORDER BY e.a, e.b), array_agg(nb.i ORDER BY e.a, e.b),
+                                         array_agg(e.p ORDER BY e.a, e.b), thr) AS c
+          FROM pg_temp.tributary_dedup_e e
+          JOIN pg_temp.tributary_dedup_n na ON na.node = e.a
+          JOIN pg_temp.tributary_dedup_n nb ON nb.node = e.b),
+         member AS (
+        SELECT n.node, g.c[n.i + 1] AS comp, count(*) OVER (PARTITION BY g.c[n.i + 1]) AS size
+          FROM pg_temp.tributary_dedup_n n, g)
+    SELECT dense_rank() OVER (ORDER BY m.comp), m.node FROM member m WHERE m.size > 1 ORDER BY m.comp, m.node;
     PERFORM tributary._match_drop(made);
 END $$;

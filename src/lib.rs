@@ -69,7 +69,12 @@ pgrx::extension_sql_file!(
         "predict",
         api::matching::_string_similarity,
         api::matching::_match_threshold,
-        api::matching::_logistic_fit
+        api::matching::_logistic_fit,
+        api::matching::_match_em,
+        api::matching::_match_cut,
+        api::matching::_match_clusters,
+        api::matching::_match_remember,
+        api::matching::tributary_match_explain
     ]
 );
 

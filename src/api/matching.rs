@@ -5,7 +5,7 @@
 use pgrx::prelude::*;
 
 use crate::pg::error::{OrRaise, TributaryError};
-use crate::service::matching;
+use crate::service::{match_em, matching};
 
 /// `tributary._string_similarity(a text, b text) → float8`: similarity of two short values in
 /// `[0, 1]` (1: equal after lower-casing and folding punctuation to spaces; else normalised
@@ -69,4 +69,172 @@ fn _logistic_fit(x: Vec<Option<f64>>, y: Vec<Option<bool>>, alpha: f64) -> Vec<f
     })()
     .or_raise();
     std::iter::once(fit.intercept).chain(fit.weights).collect()
+}
+
+/// `tributary._match_em(a int[], b int[], x float8[], ux float8[], rows_left float8, rows_right
+/// float8, same_table bool, one_to_one bool)`: the two-class model of `tributary_match` without
+/// labels (`service/match_em.rs`: Fellegi-Sunter with `m` estimated by EM, `u` from unrelated
+/// pairs, and a prior that is either each row's chance of a partner, one to one, or the chance
+/// that two rows match). Pair `k` joins rows `a[k]` and `b[k]` (0-based: left rows
+/// `0..rows_left`, right rows after them; one table: one numbering, `same_table`); `x` is
+/// `[pairs, cols]` f64 similarities in `[0, 1]` row by row (NULL: missing), `ux` the same for
+/// unrelated pairs (`[upairs, cols]`), which give `u`. Returns one row: `p` (each pair's match
+/// probability, in the order of `a`), `prior` (two rows' chance of matching), `partnered` (the
+/// share of left and right rows with a partner), `m` and `u` (`[cols, levels]` flattened),
+/// `bounds` (the levels' lower bounds: `width_bucket(x, bounds)` is a similarity's level),
+/// `iterations`, `converged`. Errors: 22023 when the shapes do not add up or an index is
+/// negative or NULL.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)] // a SQL signature, one row out
+#[pg_extern(immutable, parallel_safe, strict)]
+fn _match_em(
+    a: Vec<Option<i32>>,
+    b: Vec<Option<i32>>,
+    x: Vec<Option<f64>>,
+    ux: Vec<Option<f64>>,
+    rows_left: f64,
+    rows_right: f64,
+    same_table: bool,
+    one_to_one: bool,
+) -> TableIterator<
+    'static,
+    (
+        name!(p, Vec<f64>),
+        name!(prior, f64),
+        name!(partnered, Vec<f64>),
+        name!(m, Vec<f64>),
+        name!(u, Vec<f64>),
+        name!(bounds, Vec<f64>),
+        name!(iterations, i32),
+        name!(converged, bool),
+    ),
+> {
+    let bad = |message: String| TributaryError::InvalidArgument {
+        message,
+        hint: None,
+    };
+    let fit = (|| {
+        let idx = |v: Vec<Option<i32>>| {
+            v.into_iter()
+                .map(|i| i.and_then(|i| usize::try_from(i).ok()))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| bad("a row index is NULL or negative".into()))
+        };
+        let (a, b) = (idx(a)?, idx(b)?);
+        if a.is_empty() || !x.len().is_multiple_of(a.len()) {
+            return Err(bad(format!(
+                "{} similarities for {} pairs",
+                x.len(),
+                a.len()
+            )));
+        }
+        let cols = x.len() / a.len();
+        let e = match_em::Evidence::new(a, b, cols, &x).map_err(bad)?;
+        if !ux.len().is_multiple_of(cols) {
+            return Err(bad(format!(
+                "{} unrelated similarities for {cols} columns",
+                ux.len()
+            )));
+        }
+        let mut u0 = vec![[0.0; match_em::LEVELS]; cols];
+        for (i, s) in ux.iter().enumerate() {
+            let l = match_em::level(*s);
+            if l != match_em::MISSING {
+                u0[i % cols][l as usize] += 1.0;
+            }
+        }
+        let sides = match_em::Sides {
+            left: rows_left,
+            right: rows_right,
+            same_table,
+        };
+        Ok(match_em::fit(&e, &u0, sides, one_to_one, 500))
+    })()
+    .or_raise();
+    let (model, p) = fit;
+    let flat = |v: &[[f64; match_em::LEVELS]]| v.iter().flatten().copied().collect::<Vec<f64>>();
+    TableIterator::once((
+        p,
+        model.prior,
+        model.partnered.to_vec(),
+        flat(&model.m),
+        flat(&model.u),
+        match_em::BOUNDS.to_vec(),
+        model.iterations as i32,
+        model.converged,
+    ))
+}
+
+/// `tributary._match_cut(p float8[], min_precision float8) → float8`: the lowest cut whose
+/// pairs (`p >= cut`) have a mean probability (the model's expected precision) of at least
+/// `min_precision`; NULL when none has. NULL elements are left out.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn _match_cut(p: Vec<Option<f64>>, min_precision: f64) -> Option<f64> {
+    let p: Vec<f64> = p.into_iter().flatten().collect();
+    match_em::cut_for_precision(&p, &vec![true; p.len()], min_precision)
+}
+
+/// `tributary._match_clusters(a int[], b int[], p float8[], threshold float8) → int[]`: the
+/// clusters of `tributary_dedup` (`service/match_em.rs`, `clusters`: pairs at or above
+/// `threshold`, most probable first, join clusters unless the compared pairs between the two
+/// clusters average under it). Rows are `0..max(a, b)`; element `i` of the result (1-based
+/// `i + 1`) is row `i`'s cluster, the smallest row index in it. Errors: 22023 when the lengths
+/// differ or an element is NULL or negative.
+#[pg_extern(immutable, parallel_safe, strict)]
+fn _match_clusters(
+    a: Vec<Option<i32>>,
+    b: Vec<Option<i32>>,
+    p: Vec<Option<f64>>,
+    threshold: f64,
+) -> Vec<i32> {
+    let bad = |message: &str| TributaryError::InvalidArgument {
+        message: message.into(),
+        hint: None,
+    };
+    let parts = (|| {
+        let idx = |v: Vec<Option<i32>>| {
+            v.into_iter()
+                .map(|i| i.and_then(|i| usize::try_from(i).ok()))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| bad("a row index is NULL or negative"))
+        };
+        let (a, b) = (idx(a)?, idx(b)?);
+        let p: Vec<f64> = p
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("a probability is NULL"))?;
+        if a.len() != b.len() || a.len() != p.len() {
+            return Err(bad("a, b and p must have the same length"));
+        }
+        Ok((a, b, p))
+    })()
+    .or_raise();
+    let (a, b, p) = parts;
+    let rows = a.iter().chain(&b).map(|&i| i + 1).max().unwrap_or(0);
+    match_em::clusters(rows, &a, &b, &p, threshold)
+        .into_iter()
+        .map(|c| c as i32)
+        .collect()
+}
+
+thread_local! {
+    // The last tributary_match call's explanation in this backend: one value, replaced by each
+    // call (bounded: a few kilobytes per matched column). Backend-local, no lock needed.
+    static LAST_MATCH: std::cell::RefCell<Option<serde_json::Value>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `tributary._match_remember(explanation jsonb) → void`: keeps the explanation of this
+/// session's last `tributary_match` call, for `tributary_match_explain()`.
+#[pg_extern(volatile, parallel_unsafe, strict)]
+fn _match_remember(explanation: pgrx::JsonB) {
+    LAST_MATCH.with(|c| *c.borrow_mut() = Some(explanation.0));
+}
+
+/// `tributary_match_explain() → jsonb`: what this session's last `tributary_match` (or
+/// `tributary_dedup`) call learned and decided: the tables and columns, candidate pairs, how
+/// each column was compared, the model (per column `m` and `u` over the agreement levels, the
+/// prior), the estimated number of matches, the threshold and how it was chosen, the accepted
+/// pairs and their expected precision and recall. NULL before the first call.
+#[pg_extern(volatile, parallel_unsafe)]
+fn tributary_match_explain() -> Option<pgrx::JsonB> {
+    LAST_MATCH.with(|c| c.borrow().clone().map(pgrx::JsonB))
 }

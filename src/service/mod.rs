@@ -9,10 +9,12 @@
 //! - [`column`]: `tributary_embed_column`'s cursor loop.
 //! - [`learn`]: predictors' plans, rows read into datasets, the predictor catalog.
 //! - [`matching`]: string similarity, thresholds and logistic regression for matching rows.
+//! - [`match_em`]: the match probability fitted by EM, the cut for a precision, dedup clusters.
 
 pub mod column;
 pub mod embed;
 pub mod learn;
+pub mod match_em;
 pub mod matching;
 pub mod rows;
 pub mod vectors;

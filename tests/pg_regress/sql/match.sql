@@ -1,6 +1,7 @@
 -- Matching rows: tributary_match across two tables (composite keys, other column names, NULLs,
--- typing errors, reordered names, phone formats), within one table, tributary_dedup's clusters,
--- labels, row-level security, errors, and a cancel. The real model throughout.
+-- typing errors, reordered names, phone formats), what it learned (tributary_match_explain) and
+-- each pair's evidence, min_precision, within one table, tributary_dedup's clusters, labels,
+-- row-level security, errors, and a cancel. The real model throughout.
 SET tributary.progress_interval = 0;
 CREATE SCHEMA em;
 CREATE TABLE em.customer (id int PRIMARY KEY, name text, city text, phone text);
@@ -31,6 +32,30 @@ INSERT INTO em.client VALUES
 SELECT left_key, right_key, round(score::numeric, 2) > 0.5 AS confident
   FROM tributary_match('em.customer', 'em.client', '{name,city,phone}', '{full_name,town,tel}')
  ORDER BY left_key::int;
+-- What it learned: per column how it compared and m, u over the agreement levels; the
+-- estimated number of matches; the cut and the accepted pairs' expected precision and recall.
+SELECT e->>'model' AS model, e->>'how' AS how, (e->>'accepted')::int AS accepted,
+       round((e->>'estimated_matches')::numeric) AS estimated_matches,
+       (e->>'expected_precision')::float8 BETWEEN 0.9 AND 1 AS precise,
+       (e->>'expected_recall')::float8 BETWEEN 0.9 AND 1 AS complete,
+       jsonb_array_length(e->'levels') AS levels
+  FROM tributary_match_explain() e;
+SELECT c->>'column' AS "column", c->>'right_column' AS right_column, c->>'compared_by' AS compared_by,
+       jsonb_array_length(c->'m') AS levels, (c->>'agree_m')::float8 > (c->>'agree_u')::float8 AS telling
+  FROM jsonb_array_elements(tributary_match_explain()->'columns') c;
+-- Why a pair was accepted: each column's agreement level (missing: a NULL on either side) and
+-- its weight, the column's term of the log odds of a match.
+SELECT left_key, right_key,
+       (SELECT string_agg(x.col || ' ' || coalesce(x.v->>'level', 'missing'), ', ' ORDER BY x.col)
+          FROM jsonb_each(evidence) x(col, v)) AS levels,
+       (SELECT bool_and((x.v->>'weight')::float8 > 0) FROM jsonb_each(evidence) x(col, v) WHERE x.v->>'level' = '4') AS equal_values_count_for
+  FROM tributary_match('em.customer', 'em.client', '{name,city,phone}', '{full_name,town,tel}')
+ ORDER BY left_key::int;
+-- min_precision: the lowest cut whose accepted pairs have that expected precision; an
+-- impossible one accepts nothing.
+SELECT count(*) AS at_09 FROM tributary_match('em.customer', 'em.client', '{name,city,phone}', '{full_name,town,tel}', min_precision => 0.9);
+SELECT tributary_match_explain()->>'how' AS how;
+SELECT count(*) AS at_1 FROM tributary_match('em.customer', 'em.client', '{name,city,phone}', '{full_name,town,tel}', min_precision => 1);
 -- The same, right to left.
 SELECT left_key, right_key
   FROM tributary_match('em.client', 'em.customer', '{full_name,town,tel}', '{name,city,phone}')
@@ -57,7 +82,7 @@ INSERT INTO em.person VALUES
 SELECT left_key, right_key, left_key < right_key AS ordered
   FROM tributary_match('em.person', 'em.person', '{name,born,email}', one_to_one => false)
  ORDER BY left_key::int, right_key::int;
--- Clusters: connected components of the accepted pairs, numbered by their smallest key.
+-- Clusters: the accepted pairs joined by average linkage, numbered by their smallest key.
 SELECT cluster, key FROM tributary_dedup('em.person', '{name,born,email}') ORDER BY cluster, key::int;
 
 -- Labels: the combination and threshold are learned (logistic regression) from labelled pairs.
@@ -103,6 +128,8 @@ SELECT * FROM tributary_match('em.customer', 'em.client', '{}');
 SELECT * FROM tributary_match('em.customer', 'em.client', NULL);
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', k => 0);
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', threshold => 1.5);
+SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', min_precision => 0);
+SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', threshold => 0.5, min_precision => 0.9);
 CREATE TABLE em.badlabels (left_key text, right_key text);
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', labels => 'em.badlabels');
 CREATE TABLE em.onesided (left_key text, right_key text, is_match bool);

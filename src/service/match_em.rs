@@ -1,0 +1,614 @@
+//! The match probability of `tributary_match` without labels: a two-class model of the candidate
+//! pairs' per-column evidence fitted by expectation-maximisation, and the clusters of
+//! `tributary_dedup`. No PostgreSQL here (the `#[pg_extern]` wrappers are in `api/matching.rs`).
+//!
+//! The model is Fellegi and Sunter's ("A theory for record linkage", JASA 64(328), 1969): each
+//! column's evidence (a similarity in `[0, 1]`, or missing) falls into one of [`LEVELS`]
+//! agreement levels, and given the class (match or not) the columns are independent, so
+//! `P(match | levels) = λ Π m_j[l_j] / (λ Π m_j[l_j] + (1 - λ) Π u_j[l_j])`, with `m_j[l]` the
+//! share of matches and `u_j[l]` the share of non-matches whose column `j` is at level `l`, and
+//! `λ` the share of candidate pairs that match. All of `m`, `u` and `λ` are estimated by EM
+//! (Winkler, "Using the EM algorithm for weight computation in the Fellegi-Sunter model of record
+//! linkage", 1988; Splink does the same at scale). A missing value leaves its column out of the
+//! product (missing evidence, not a mismatch).
+//!
+//! One to one inside the fit: a row has at most one partner, so the match responsibilities of
+//! one row's candidates may add up to at most 1. After each E-step every pair's responsibility is
+//! divided by the largest of 1 and the sums over its two rows (a soft assignment constraint, as in
+//! Jaro's 1989 one-to-one linkage, taken inside EM): two candidates of one row that both look
+//! like matches share one match, and the M-step learns `m` from pairs that are matches rather
+//! than from every near duplicate.
+
+/// Lower bounds of the agreement levels 1..=4 of a similarity in `[0, 1]` (level 0 below the
+/// first): `< 0.4` disagrees, `0.4..0.75` partly agrees, `0.75..0.92` nearly agrees (a typing
+/// error in a short value), `0.92..1` agrees but for a detail, `1` equal. The similarities are
+/// rescaled first so that unrelated pairs typically score 0 (sql/match.sql, step 3).
+pub const BOUNDS: [f64; 4] = [0.4, 0.75, 0.92, 0.9999];
+
+/// Number of agreement levels.
+pub const LEVELS: usize = BOUNDS.len() + 1;
+
+/// The level of marker of missing evidence in [`Evidence::levels`].
+pub const MISSING: u8 = u8::MAX;
+
+/// Labels of the levels, in order, as the explanation shows them.
+pub const LEVEL_NAMES: [&str; LEVELS] = ["< 0.4", "0.4-0.75", "0.75-0.92", "0.92-1", "1"];
+
+/// The agreement level of a similarity (`None`: missing).
+pub fn level(s: Option<f64>) -> u8 {
+    match s {
+        Some(s) if s.is_finite() => BOUNDS.iter().filter(|&&b| s >= b).count() as u8,
+        _ => MISSING,
+    }
+}
+
+/// The candidate pairs' evidence: pair `k` joins rows `a[k]` and `b[k]` (indices into one space
+/// of rows: two tables' rows get distinct indices), and has `levels[k * cols + j]` for column
+/// `j` ([`MISSING`] when a value is missing).
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    pub a: Vec<usize>,
+    pub b: Vec<usize>,
+    pub cols: usize,
+    pub levels: Vec<u8>,
+}
+
+impl Evidence {
+    /// From similarities `x`, `[pairs, cols]` row-major, `None` missing. Errors (as text) when
+    /// the shapes do not add up.
+    pub fn new(
+        a: Vec<usize>,
+        b: Vec<usize>,
+        cols: usize,
+        x: &[Option<f64>],
+    ) -> Result<Self, String> {
+        if a.len() != b.len() || cols == 0 || x.len() != a.len() * cols {
+            return Err(format!(
+                "{} similarities are not {} pairs of {} columns",
+                x.len(),
+                a.len(),
+                cols
+            ));
+        }
+        Ok(Evidence {
+            a,
+            b,
+            cols,
+            levels: x.iter().map(|&s| level(s)).collect(),
+        })
+    }
+
+    pub fn pairs(&self) -> usize {
+        self.a.len()
+    }
+
+    fn rows(&self) -> usize {
+        self.a
+            .iter()
+            .chain(&self.b)
+            .map(|&i| i + 1)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A fitted model: `prior` = λ, `m[j][l]`, `u[j][l]` (each column's levels sum to 1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FsModel {
+    pub prior: f64,
+    /// With one to one: the estimated share of the left and of the right rows that have a
+    /// partner (one table: both the same).
+    pub partnered: [f64; 2],
+    pub m: Vec<[f64; LEVELS]>,
+    pub u: Vec<[f64; LEVELS]>,
+    pub iterations: usize,
+    pub converged: bool,
+}
+
+impl FsModel {
+    /// The log Bayes factor (natural log) of level `l` of column `j`: ln(m / u), the column's
+    /// Fellegi-Sunter weight; 0 for a missing value.
+    pub fn weight(&self, j: usize, l: u8) -> f64 {
+        if l == MISSING {
+            0.0
+        } else {
+            (self.m[j][l as usize] / self.u[j][l as usize]).ln()
+        }
+    }
+
+    /// The log likelihood ratio of a pair with these levels: the sum of the columns' weights.
+    pub fn log_lr(&self, levels: &[u8]) -> f64 {
+        levels
+            .iter()
+            .enumerate()
+            .map(|(j, &l)| self.weight(j, l))
+            .sum()
+    }
+
+    /// The posterior probability of a match of a pair with these levels under prior `λ`.
+    pub fn posterior(&self, levels: &[u8]) -> f64 {
+        let odds = (self.prior / (1.0 - self.prior)).ln() + self.log_lr(levels);
+        1.0 / (1.0 + (-odds).exp())
+    }
+}
+
+/// Pseudo-pairs of the Dirichlet prior added to `m` in each M-step, spread over the levels as
+/// `m`'s start is: no level gets probability 0, so one unseen level never decides a pair by
+/// itself, and a few pairs cannot pull `m` far from its start, while thousands decide it.
+const PSEUDO: f64 = 4.0;
+
+/// Pseudo-count added to every level's count among the unrelated pairs when `u` is read off
+/// them (Laplace's rule, halved): a level no unrelated pair has gets `u` = 0.5 / (pairs + 2.5),
+/// which caps the weight of agreeing on an identifier at about ln(2 x pairs).
+const U_PSEUDO: f64 = 0.5;
+
+/// The two tables' sizes, which the priors are shares of: `left` and `right` rows (one table:
+/// `same_table`, both its row count). Rows are numbered `0..left` and then (two tables)
+/// `left..left + right` in [`Evidence`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sides {
+    pub left: f64,
+    pub right: f64,
+    pub same_table: bool,
+}
+
+impl Sides {
+    /// Pairs of rows: `left x right`, or `n (n - 1) / 2` in one table.
+    pub fn population(&self) -> f64 {
+        if self.same_table {
+            self.left * (self.left - 1.0) / 2.0
+        } else {
+            self.left * self.right
+        }
+    }
+}
+
+/// Fits the model by EM (as Splink does: Linacre et al., "Splink: free software for
+/// probabilistic record linkage at scale", IJPDS 7(3), 2022, `u` read off random pairs and kept,
+/// `m` estimated). `u_counts[j]`: column `j`'s level counts among random pairs of the two sides
+/// (almost all non-matches). `m` starts at mostly equal values (level shares 0.02, 0.03, 0.1,
+/// 0.25, 0.6).
+///
+/// The prior, two ways:
+/// - `one_to_one`: each row has a partner on the other side with probability `π` (one per
+///   side, estimated), equally likely any of the other side's rows, so a pair's probability is
+///   its row's share of the evidence: `P_v(k) = (π / N) LR_k / ((1 - π) + (π / N) Σ_j LR_j)`
+///   over row `v`'s candidates `j` (`LR` the product of the columns' `m / u`, `N` the other
+///   side's rows; candidates not found are taken to have LR 0), and the pair's probability is
+///   the smaller of its two rows' views. Two candidates of one row share one match, and a row
+///   whose best candidate is far ahead of the rest gets it when most rows have a partner.
+/// - otherwise (duplicates within a table: a row may have several): `λ`, the probability that
+///   two rows match, over [`Sides::population`]; the candidates are chosen by their values, so
+///   a pair's probability given all its evidence is the same among candidates as among all
+///   pairs, and matches outside the candidates are taken to be none.
+///
+/// Stops when no parameter moves by more than 1e-6 (priors relatively) or after `max_iter`
+/// rounds. Returns the model and every pair's match probability.
+pub fn fit(
+    e: &Evidence,
+    u_counts: &[[f64; LEVELS]],
+    sides: Sides,
+    one_to_one: bool,
+    max_iter: usize,
+) -> (FsModel, Vec<f64>) {
+    let (n, cols) = (e.pairs(), e.cols);
+    let m0 = [0.02, 0.03, 0.1, 0.25, 0.6];
+    let u: Vec<[f64; LEVELS]> = (0..cols)
+        .map(|j| {
+            let c = u_counts.get(j).copied().unwrap_or([0.0; LEVELS]);
+            let total: f64 = c.iter().map(|x| x.max(0.0)).sum::<f64>() + U_PSEUDO * LEVELS as f64;
+            c.map(|x| (x.max(0.0) + U_PSEUDO) / total)
+        })
+        .collect();
+    let start_m = vec![m0; cols];
+    let sides = Sides {
+        left: sides.left.max(1.0),
+        right: sides.right.max(1.0),
+        ..sides
+    };
+    let population = sides.population().max(n as f64).max(1.0);
+    let mut model = FsModel {
+        prior: 0.0,
+        partnered: [0.5, 0.5],
+        m: start_m.clone(),
+        u,
+        iterations: 0,
+        converged: false,
+    };
+    if n == 0 {
+        return (model, Vec::new());
+    }
+    model.prior = (0.5 * sides.left.min(sides.right) / population).clamp(1e-12, 0.5);
+    let mut p = vec![0.0; n];
+    for it in 1..=max_iter {
+        estep(e, &model, sides, one_to_one, &mut p);
+        let m = mstep(e, &p, &start_m);
+        let matches: f64 = p.iter().sum();
+        let prior = (matches / population).clamp(1e-12, 0.5);
+        let partnered = if sides.same_table {
+            let s = (2.0 * matches / sides.left).clamp(1e-6, 1.0 - 1e-6);
+            [s, s]
+        } else {
+            [
+                (matches / sides.left).clamp(1e-6, 1.0 - 1e-6),
+                (matches / sides.right).clamp(1e-6, 1.0 - 1e-6),
+            ]
+        };
+        let relative = |x: f64, y: f64| (x - y).abs() / x.max(1e-12);
+        let moved = model
+            .m
+            .iter()
+            .zip(&m)
+            .flat_map(|(x, y)| x.iter().zip(y).map(|(a, b)| (a - b).abs()))
+            .fold(
+                relative(model.prior, prior)
+                    .max(relative(model.partnered[0], partnered[0]))
+                    .max(relative(model.partnered[1], partnered[1])),
+                f64::max,
+            );
+        model.m = m;
+        model.prior = prior;
+        model.partnered = partnered;
+        model.iterations = it;
+        if moved < 1e-6 {
+            model.converged = true;
+            break;
+        }
+    }
+    estep(e, &model, sides, one_to_one, &mut p);
+    (model, p)
+}
+
+/// Every pair's match probability under `model`: with `one_to_one` each row's share of the
+/// evidence, the smaller of the pair's two rows' (see [`fit`]); else the Fellegi-Sunter
+/// posterior with prior `λ`.
+fn estep(e: &Evidence, model: &FsModel, sides: Sides, one_to_one: bool, p: &mut [f64]) {
+    if !one_to_one {
+        for (k, pk) in p.iter_mut().enumerate() {
+            *pk = model.posterior(&e.levels[k * e.cols..(k + 1) * e.cols]);
+        }
+        return;
+    }
+    let lr: Vec<f64> = (0..e.pairs())
+        .map(|k| model.log_lr(&e.levels[k * e.cols..(k + 1) * e.cols]))
+        .collect();
+    // ln Σ LR over each row's candidates (log-sum-exp: LR reaches e^100).
+    let rows = e.rows();
+    let mut top = vec![f64::NEG_INFINITY; rows];
+    for (k, &l) in lr.iter().enumerate() {
+        top[e.a[k]] = top[e.a[k]].max(l);
+        top[e.b[k]] = top[e.b[k]].max(l);
+    }
+    let mut sum = vec![0.0; rows];
+    for (k, &l) in lr.iter().enumerate() {
+        sum[e.a[k]] += (l - top[e.a[k]]).exp();
+        sum[e.b[k]] += (l - top[e.b[k]]).exp();
+    }
+    let view = |v: usize, l: f64| {
+        let (pi, others) = if sides.same_table {
+            (model.partnered[0], (sides.left - 1.0).max(1.0))
+        } else if (v as f64) < sides.left {
+            (model.partnered[0], sides.right)
+        } else {
+            (model.partnered[1], sides.left)
+        };
+        let lp = (pi / others).ln();
+        let lse = top[v] + sum[v].ln();
+        let (x, y) = ((1.0 - pi).ln(), lp + lse);
+        let den = x.max(y) + (1.0 + (-(x - y).abs()).exp()).ln();
+        (lp + l - den).exp().min(1.0)
+    };
+    for (k, pk) in p.iter_mut().enumerate() {
+        *pk = view(e.a[k], lr[k]).min(view(e.b[k], lr[k]));
+    }
+}
+
+/// The M-step: `m` from the levels weighted by `p`, plus the prior's pseudo-pairs.
+fn mstep(e: &Evidence, p: &[f64], start_m: &[[f64; LEVELS]]) -> Vec<[f64; LEVELS]> {
+    let cols = e.cols;
+    let mut cm: Vec<[f64; LEVELS]> = start_m.iter().map(|d| d.map(|x| PSEUDO * x)).collect();
+    for (k, &pk) in p.iter().enumerate() {
+        for (c, &l) in cm.iter_mut().zip(&e.levels[k * cols..(k + 1) * cols]) {
+            if l != MISSING {
+                c[l as usize] += pk;
+            }
+        }
+    }
+    cm.into_iter()
+        .map(|c| {
+            let s: f64 = c.iter().sum();
+            c.map(|x| x / s)
+        })
+        .collect()
+}
+
+/// Expected precision and recall of accepting the pairs with `accepted[k]`, if `p` are the
+/// pairs' match probabilities: precision = mean `p` of the accepted pairs (1 when none is),
+/// recall = their sum over the sum of all `p` (the expected number of matches among the
+/// candidates; 1 when it is 0).
+pub fn expected_quality(p: &[f64], accepted: &[bool]) -> (f64, f64) {
+    let (mut sa, mut na, mut total) = (0.0, 0usize, 0.0);
+    for (&pk, &acc) in p.iter().zip(accepted) {
+        total += pk;
+        if acc {
+            sa += pk;
+            na += 1;
+        }
+    }
+    let precision = if na == 0 { 1.0 } else { sa / na as f64 };
+    let recall = if total <= 0.0 { 1.0 } else { sa / total };
+    (precision, recall)
+}
+
+/// The lowest cut on `p` whose accepted set (`p >= cut`, among the pairs with `eligible[k]`) has
+/// a mean probability (the model's expected precision) of at least `min_precision`; `None` when
+/// not even the most probable pair reaches it.
+pub fn cut_for_precision(p: &[f64], eligible: &[bool], min_precision: f64) -> Option<f64> {
+    let mut s: Vec<f64> = p
+        .iter()
+        .zip(eligible)
+        .filter(|(_, &e)| e)
+        .map(|(&x, _)| x)
+        .collect();
+    s.sort_unstable_by(|x, y| y.total_cmp(x));
+    let (mut sum, mut cut) = (0.0, None);
+    for (i, &x) in s.iter().enumerate() {
+        sum += x;
+        // A cut between equal probabilities would accept them all: decide at the last of a run.
+        if s.get(i + 1) == Some(&x) {
+            continue;
+        }
+        if sum / (i + 1) as f64 >= min_precision {
+            cut = Some(x);
+        }
+    }
+    cut
+}
+
+/// Clusters of duplicates from scored pairs (`tributary_dedup`): the pairs with `p >= thr`, most
+/// probable first, join their rows' clusters, unless the candidate pairs between the two
+/// clusters have a mean probability under `thr` (average linkage over the pairs that were
+/// compared; pairs never compared count as neither): a cluster is not joined through one strong
+/// link when the other pairs it would hold are unlikely. Returns each row's cluster, as the
+/// smallest row index in it, for rows `0..rows`.
+pub fn clusters(rows: usize, a: &[usize], b: &[usize], p: &[f64], thr: f64) -> Vec<usize> {
+    use std::collections::HashMap;
+    let mut parent: Vec<usize> = (0..rows).collect();
+    // Per cluster root: the other clusters it has compared pairs with, (sum of p, count).
+    let mut links: Vec<HashMap<usize, (f64, usize)>> = vec![HashMap::new(); rows];
+    for k in 0..a.len() {
+        if a[k] == b[k] || a[k] >= rows || b[k] >= rows {
+            continue;
+        }
+        for (x, y) in [(a[k], b[k]), (b[k], a[k])] {
+            let e = links[x].entry(y).or_insert((0.0, 0));
+            e.0 += p[k];
+            e.1 += 1;
+        }
+    }
+    fn find(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut order: Vec<usize> = (0..a.len()).filter(|&k| p[k] >= thr).collect();
+    order.sort_by(|&x, &y| p[y].total_cmp(&p[x]).then(x.cmp(&y)));
+    for k in order {
+        if a[k] >= rows || b[k] >= rows {
+            continue;
+        }
+        let (ra, rb) = (find(&mut parent, a[k]), find(&mut parent, b[k]));
+        if ra == rb {
+            continue;
+        }
+        let (sum, count) = links[ra].get(&rb).copied().unwrap_or((0.0, 0));
+        if count > 0 && sum / (count as f64) < thr {
+            continue;
+        }
+        // Merge the smaller map into the larger (its root becomes the root).
+        let (big, small) = if links[ra].len() >= links[rb].len() {
+            (ra, rb)
+        } else {
+            (rb, ra)
+        };
+        let moved = std::mem::take(&mut links[small]);
+        for (other, (s, c)) in moved {
+            if other == big {
+                continue;
+            }
+            let e = links[big].entry(other).or_insert((0.0, 0));
+            e.0 += s;
+            e.1 += c;
+            // The other cluster's view of the two, merged too.
+            let back = links[other].remove(&small).unwrap_or((0.0, 0));
+            let e = links[other].entry(big).or_insert((0.0, 0));
+            e.0 += back.0;
+            e.1 += back.1;
+        }
+        links[big].remove(&small);
+        parent[small] = big;
+    }
+    let mut root_min: HashMap<usize, usize> = HashMap::new();
+    let roots: Vec<usize> = (0..rows).map(|i| find(&mut parent, i)).collect();
+    for (i, &r) in roots.iter().enumerate() {
+        root_min.entry(r).or_insert(i);
+    }
+    roots.iter().map(|r| root_min[r]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic stream in [0, 1).
+    fn lcg(state: &mut u64) -> f64 {
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*state >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `rows` rows a side, each row i of the left the partner of row i of the right (when
+    /// `i < partners`), every left row with `k` candidates: its partner and random others. The
+    /// candidates are a random sample, not chosen by their values: the tests fit them as the
+    /// whole population of pairs.
+    /// Matches agree (similarity 1) on each of `cols` columns with probability 0.9; non-matches
+    /// on column 0 with probability 0.3 (a state), on the others 0.005 (a name, a date).
+    fn synthetic(rows: usize, partners: usize, k: usize, cols: usize) -> (Evidence, Vec<bool>) {
+        let mut s = 7u64;
+        let (mut a, mut b, mut x, mut truth) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..rows {
+            for c in 0..k {
+                let j = if c == 0 && i < partners {
+                    i
+                } else {
+                    (i + 1 + (lcg(&mut s) * (rows - 1) as f64) as usize) % rows
+                };
+                let is_match = i < partners && j == i;
+                if c > 0 && j == i {
+                    continue;
+                }
+                a.push(i);
+                b.push(rows + j);
+                truth.push(is_match);
+                for col in 0..cols {
+                    let agree_u = if col == 0 { 0.3 } else { 0.005 };
+                    let r = lcg(&mut s);
+                    let v = if is_match {
+                        if r < 0.9 {
+                            1.0
+                        } else {
+                            0.5 + 0.5 * lcg(&mut s)
+                        }
+                    } else if r < agree_u {
+                        1.0
+                    } else {
+                        0.6 * lcg(&mut s)
+                    };
+                    x.push(if lcg(&mut s) < 0.05 { None } else { Some(v) });
+                }
+            }
+        }
+        (Evidence::new(a, b, cols, &x).unwrap(), truth)
+    }
+
+    /// Level counts of 2,000 unrelated pairs as [`synthetic`] draws them: column 0 agrees 30%
+    /// of the time (a state), the others 0.5% (a name, a date); otherwise similarities uniform
+    /// in [0, 0.6).
+    fn unrelated(cols: usize) -> Vec<[f64; LEVELS]> {
+        (0..cols)
+            .map(|j| {
+                let agree = if j == 0 { 600.0 } else { 10.0 };
+                let rest = 2000.0 - agree;
+                [rest * 2.0 / 3.0, rest / 3.0, 0.0, 0.0, agree]
+            })
+            .collect()
+    }
+
+    /// The synthetic tables' sides: right rows are numbered from 1000 (500 and 600 rows a side;
+    /// the candidates of the one-to-one test reach row 1001).
+    fn sides(e: &Evidence) -> Sides {
+        let left = e.a.iter().max().unwrap() + 1;
+        Sides {
+            left: left as f64,
+            right: left as f64,
+            same_table: false,
+        }
+    }
+
+    fn f1(p: &[f64], truth: &[bool]) -> f64 {
+        let tp = p.iter().zip(truth).filter(|(&p, &t)| p >= 0.5 && t).count() as f64;
+        let fp = p
+            .iter()
+            .zip(truth)
+            .filter(|(&p, &t)| p >= 0.5 && !t)
+            .count() as f64;
+        let fn_ = p.iter().zip(truth).filter(|(&p, &t)| p < 0.5 && t).count() as f64;
+        2.0 * tp / (2.0 * tp + fp + fn_)
+    }
+
+    #[test]
+    fn levels_of_similarities() {
+        assert_eq!(level(None), MISSING);
+        assert_eq!(level(Some(f64::NAN)), MISSING);
+        assert_eq!(level(Some(0.1)), 0);
+        assert_eq!(level(Some(0.5)), 1);
+        assert_eq!(level(Some(0.8)), 2);
+        assert_eq!(level(Some(0.95)), 3);
+        assert_eq!(level(Some(1.0)), 4);
+        assert!(Evidence::new(vec![0], vec![1], 2, &[Some(1.0)]).is_err());
+    }
+
+    #[test]
+    fn em_finds_the_matches_when_every_row_has_a_partner() {
+        let (e, truth) = synthetic(500, 500, 10, 4);
+        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200);
+        assert!(model.converged, "{model:?}");
+        let f = f1(&p, &truth);
+        assert!(f > 0.98, "f1 {f}");
+        // About 500 matches among the candidates, and m of the equal level near 0.9.
+        let est: f64 = p.iter().sum();
+        assert!((est - 500.0).abs() < 25.0, "{est}");
+        assert!(model.m[1][4] > 0.8 && model.u[1][4] < 0.05, "{model:?}");
+        // The state-like column (non-matches agree 30% of the time) weighs less than the others.
+        assert!(model.weight(0, 4) < model.weight(1, 4));
+    }
+
+    #[test]
+    fn em_finds_the_matches_when_few_rows_have_one() {
+        let (e, truth) = synthetic(600, 60, 10, 4);
+        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200);
+        let f = f1(&p, &truth);
+        assert!(f > 0.95, "f1 {f}, {model:?}");
+        assert!(model.prior < 0.05, "{}", model.prior);
+        let accepted: Vec<bool> = p.iter().map(|&x| x >= 0.5).collect();
+        let (precision, recall) = expected_quality(&p, &accepted);
+        assert!(precision > 0.9 && recall > 0.9, "{precision} {recall}");
+    }
+
+    #[test]
+    fn one_to_one_shares_a_match_between_two_candidates() {
+        // Left row 0 has two candidates with the same strong evidence: without the constraint
+        // both look like matches, with it they share one.
+        let (mut e, _) = synthetic(200, 200, 5, 3);
+        let base = e.pairs();
+        e.a.extend([0, 0]);
+        e.b.extend([1000, 1001]);
+        e.levels.extend([4u8; 6]);
+        let (_, free) = fit(&e, &unrelated(3), sides(&e), false, 100);
+        let (_, tied) = fit(&e, &unrelated(3), sides(&e), true, 100);
+        assert!(free[base] > 0.9 && free[base + 1] > 0.9);
+        assert!(tied[base] + tied[base + 1] + tied[0] <= 1.0 + 1e-9);
+    }
+
+    #[test]
+    fn cut_for_precision_keeps_the_mean_probability() {
+        let p = [0.99, 0.98, 0.9, 0.6, 0.3, 0.1];
+        let all = [true; 6];
+        // Mean of the first four: 0.8675; of five: 0.754.
+        assert_eq!(cut_for_precision(&p, &all, 0.85), Some(0.6));
+        assert_eq!(cut_for_precision(&p, &all, 0.95), Some(0.9));
+        assert_eq!(cut_for_precision(&p, &all, 0.999), None);
+        assert_eq!(
+            cut_for_precision(&p, &[false, true, true, true, true, true], 0.99),
+            None
+        );
+        let (precision, recall) = expected_quality(&p, &[true, true, true, false, false, false]);
+        assert!((precision - 0.9566).abs() < 1e-3 && (recall - 2.87 / 3.87).abs() < 1e-9);
+    }
+
+    #[test]
+    fn clusters_need_more_than_one_strong_link() {
+        // 0-1 and 1-2 are strong, 0-2 was compared and is unlikely: 2 stays out of {0, 1}.
+        // 3-4-5 all likely: one cluster.
+        let (a, b) = ([0, 1, 0, 3, 4, 3], [1, 2, 2, 4, 5, 5]);
+        let p = [0.99, 0.95, 0.01, 0.9, 0.9, 0.8];
+        let c = clusters(6, &a, &b, &p, 0.5);
+        assert_eq!(c, vec![0, 0, 2, 3, 3, 3]);
+        // Without the compared pair 0-2, the chain joins them.
+        let c = clusters(3, &a[..2], &b[..2], &p[..2], 0.5);
+        assert_eq!(c, vec![0, 0, 0]);
+    }
+}
