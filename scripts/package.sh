@@ -243,7 +243,9 @@ Description: transformer models inside PostgreSQL $major (embeddings into pgvect
 EOF
   chmod 0644 "$stage/DEBIAN/control" "$stage/DEBIAN/md5sums"
   mkdir -p "$(dirname "$deb")"
-  dpkg-deb --root-owner-group "${COMPRESS[@]}" --build "$stage" "$deb" >&2
+  # Written beside, then renamed: a package under its own name is always a whole one.
+  dpkg-deb --root-owner-group "${COMPRESS[@]}" --build "$stage" "$deb.partial" >&2
+  mv "$deb.partial" "$deb"
   rm -rf "$work"
   log "$name $version: $(basename "$deb"), $(du -m "$deb" | cut -f1) MB ($(stat -c %s "$deb") bytes), $(( $(date +%s) - t0 )) s in all"
 }
@@ -339,8 +341,7 @@ else
         git archive "$pcommit" | tar -x -C "$src"
       fi
       # Its build shares this checkout's target directories (the dependencies are built once).
-      CARGO_TARGET_DIR=$ROOT/target build_deb "$src" "$m" "$pversion" "${pcommit:0:12}" "$deb.tmp"
-      mv "$deb.tmp" "$deb"
+      CARGO_TARGET_DIR=$ROOT/target build_deb "$src" "$m" "$pversion" "${pcommit:0:12}" "$deb"
     fi
     echo "$deb"
   done
