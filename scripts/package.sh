@@ -13,11 +13,11 @@
 #       when empty
 #   /usr/share/postgresql/NN/extension/tributary.control, tributary--V.sql, tributary--A--B.sql
 #   /usr/share/postgresql/NN/tributary/models/all-MiniLM-L6-v2/ the default model as setup
-#       exported it (ort/models), where tributary.model_dir looks when empty
+#       exported it (ort/models), where tributary.model_path looks when empty
 #   /usr/share/doc/postgresql-NN-tributary/copyright (every bundled component's licence, the Rust
 #       crates' from cargo metadata), changelog.Debian.gz, onnxruntime/LICENSE, ThirdPartyNotices
-# Depends: postgresql-NN, postgresql-NN-pgvector (>= 0.7.0) (halfvec), and the libc6 (and
-# libgcc-s1) the ELF files need (their highest GLIBC_ symbol version).
+# Depends: postgresql-NN, postgresql-NN-pgvector (>= 0.7.0) (halfvec), and the libc6 (their
+# highest GLIBC_ symbol version), libgcc-s1 and libstdc++6 the ELF files need.
 #
 # Where each major's pg_config comes from (as scripts/test.sh's pg_config_for): 15 Debian's, 16 the
 # PyPI wheel's (scripts/pg16_wheel.sh), 18 the private build (scripts/build_pg.sh), all built on
@@ -27,8 +27,8 @@
 #
 # --previous: instead, the release before V (the highest lower version in Cargo.toml's history),
 # built the same way from the last commit that had it (git archive into target/packages/), and
-# kept in target/packages/previous/KEY/ (KEY: a hash of that commit's build inputs), so a second
-# run does not build it again. The update test installs it, then this checkout's package.
+# kept in target/packages/previous/VERSION-KEY-PROFILE/ (KEY: a hash of that commit's build
+# inputs), so a second run does not build it again. The update test installs it, then this checkout's package.
 #
 # TRIBUTARY_PACKAGE_PROFILE chooses the build: release (the default: the packages to ship), thin
 # (the release profile with thin LTO and 16 codegen units, through Cargo's CARGO_PROFILE_RELEASE_*
@@ -36,6 +36,7 @@
 # test command uses, reusing the debug build its earlier steps made of the same sources; the
 # package test is about the files, their places, the dependencies and apt, not the optimiser).
 # tributary.so is stripped of debugging information (as Debian's dh_strip does) in every case.
+# Packages of another profile than release go to target/packages/PROFILE/.
 #
 # Prints progress and each package's size on stderr; the packages' paths, one a line, on stdout.
 set -euo pipefail
@@ -57,7 +58,7 @@ while [ $# -gt 0 ]; do
     --majors) majors=${2:?--majors needs a list}; shift ;;
     --majors=*) majors=${1#*=} ;;
     --previous) previous=1 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
   shift
