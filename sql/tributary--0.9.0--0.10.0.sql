@@ -465,8 +465,8 @@ BEGIN
                'compared_by', CASE WHEN emb[c.i] AND str[c.i] THEN 'embedding and string similarity'
                                    WHEN emb[c.i] THEN 'embedding' ELSE 'string similarity' END)
              || CASE WHEN fit_m IS NOT NULL THEN jsonb_build_object(
-                    'm', (SELECT jsonb_agg(round(fit_m[(c.i - 1) * nlev + l]::numeric, 4) ORDER BY l) FROM generate_series(1, nlev) l),
-                    'u', (SELECT jsonb_agg(round(fit_u[(c.i - 1) * nlev + l]::numeric, 4) ORDER BY l) FROM generate_series(1, nlev) l),
+                    'm', (SELECT jsonb_agg(fit_m[(c.i - 1) * nlev + l] ORDER BY l) FROM generate_series(1, nlev) l),
+                    'u', (SELECT jsonb_agg(fit_u[(c.i - 1) * nlev + l] ORDER BY l) FROM generate_series(1, nlev) l),
                     'agree_m', round((fit_m[(c.i - 1) * nlev + nlev - 1] + fit_m[(c.i - 1) * nlev + nlev])::numeric, 4),
                     'agree_u', round((fit_u[(c.i - 1) * nlev + nlev - 1] + fit_u[(c.i - 1) * nlev + nlev])::numeric, 4))
                   WHEN coef IS NOT NULL THEN jsonb_build_object(

@@ -254,6 +254,15 @@ def run_case(dsn, role, path, case, env):
     return result, warnings
 
 
+def match_explain_case(c, clean, env):
+    """tributary_match under the hostile path, then its explanation (kept per session)."""
+    c.execute("SELECT * FROM public.tributary_match(left_table => 'ann.people', right_table => 'ann.people2', "
+              "columns => '{name,city}', right_columns => '{full_name,town}')")
+    # (read in Python: the call's SQL is only the function, like the other cases; timings left out)
+    e = c.execute("SELECT public.tributary_match_explain()").fetchone()[0]
+    return [(e["accepted"], e["how"], e["estimated_matches"], [x["column"] for x in e["columns"]])]
+
+
 def job_case(c, clean, env):
     """A continuous job made under the hostile path, rows written under it (the trigger), the
     worker embeds them, pause, resume and drop under it too."""
@@ -398,14 +407,18 @@ CASES = {
          "teardown": ["SELECT public.tributary_predict_job_drop(job => j.id) FROM tributary.predict_jobs j",
                       "SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
     "tributary_predict_job_drop(bigint)": [],   # in the predict job case
-    "tributary_match(regclass,regclass,text[],text[],integer,double precision,boolean,regclass,text)": [
+    "tributary_match(regclass,regclass,text[],text[],integer,double precision,boolean,regclass,text,double precision)": [
         {"call": "SELECT * FROM public.tributary_match(left_table => 'ann.people', right_table => 'ann.people2', "
                  "columns => '{name,city}', right_columns => '{full_name,town}')"},
         # k above 500: hnsw.ef_search is capped at pgvector's 1000
         {"call": "SELECT * FROM public.tributary_match(left_table => 'ann.people', right_table => 'ann.people2', "
-                 "columns => '{name,city}', right_columns => '{full_name,town}', k => 700, threshold => 0.5)"}],
-    "tributary_dedup(regclass,text[],integer,double precision,regclass,text)": [
-        {"call": "SELECT * FROM public.tributary_dedup(tbl => 'ann.people', columns => '{name,city}', threshold => 0.5)"}],
+                 "columns => '{name,city}', right_columns => '{full_name,town}', k => 700, threshold => 0.5)"},
+        {"call": "SELECT * FROM public.tributary_match(left_table => 'ann.people', right_table => 'ann.people2', "
+                 "columns => '{name,city}', right_columns => '{full_name,town}', min_precision => 0.9)"}],
+    "tributary_dedup(regclass,text[],integer,double precision,regclass,text,double precision)": [
+        {"call": "SELECT * FROM public.tributary_dedup(tbl => 'ann.people', columns => '{name,city}', threshold => 0.5)"},
+        {"call": "SELECT * FROM public.tributary_dedup(tbl => 'ann.people', columns => '{name,city}')"}],
+    "tributary_match_explain()": [{"call": match_explain_case}],
     "tributary_job_create(regclass,text[],name,text,text,text,integer,integer,text,text[],integer,integer,text[],text,integer)": [
         {"setup": ["DELETE FROM ann.jobs_src"], "call": job_case, "teardown": [DROP_JOBS]}],
     "tributary_job_pause(bigint)": [], "tributary_job_resume(bigint)": [], "tributary_job_cancel(bigint)": [],

@@ -145,3 +145,58 @@ def test_update_from_0_1_0(env):
     if updated != fresh:
         diff = "\n".join(difflib.unified_diff(fresh, updated, "fresh install", "updated from " + OLD, lineterm="", n=1))
         pytest.fail("the updated extension differs from a fresh install:\n" + diff[:20000])
+
+
+PREVIOUS = "0.9.0"
+
+
+def test_matching_after_update_from_0_9_0(env):
+    """tributary_match under 0.9.0 (the weighted mean and its threshold; 0.9.0 installed through
+    the chain of update scripts from 0.1.0's), then ALTER EXTENSION UPDATE: the same call gives
+    probabilities, min_precision and the explanation work, and the updated extension is the same
+    as a fresh install."""
+    name = "tributary_upgrade_090"
+    with psycopg.connect(env["dsn"], autocommit=True) as c:
+        versions = {r[0] for r in c.execute("SELECT version FROM pg_available_extension_versions WHERE name = 'tributary'")}
+        assert PREVIOUS in versions, f"tributary {PREVIOUS} cannot be installed (sql/versions/ and the update scripts)"
+        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        c.execute(f"CREATE DATABASE {name}")
+    try:
+        with db(env, name) as c:
+            c.execute(f"CREATE EXTENSION tributary VERSION '{PREVIOUS}' CASCADE")
+            c.execute("SET tributary.progress_interval = 0")
+            c.execute("CREATE TABLE a (id int PRIMARY KEY, name text, city text, born text)")
+            c.execute("CREATE TABLE b (id int PRIMARY KEY, name text, city text, born text)")
+            c.execute("INSERT INTO a VALUES (1, 'margaret thompson', 'leeds', '1950-03-02'), "
+                      "(2, 'rajesh kumar', 'york', '1971-11-30'), (3, 'lucia fernandez', 'bath', '1988-07-14'), "
+                      "(4, 'henrik larsson', 'hull', '1966-01-09')")
+            c.execute("INSERT INTO b VALUES (10, 'margret thompson', 'leeds', '1950-03-02'), "
+                      "(11, 'kumar rajesh', 'york', '1971-11-30'), (12, 'gustav nilsson', 'ely', '1979-05-05'), "
+                      "(13, 'lucia fernandes', 'bath', '1988-07-14')")
+            before = c.execute("SELECT left_key, right_key FROM tributary_match('a', 'b', '{name,city,born}') "
+                               "ORDER BY 1").fetchall()
+            assert ("1", "10") in before
+            c.execute("ALTER EXTENSION tributary UPDATE")
+            assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'tributary'").fetchone()[0] == env["current"]
+            c.execute("SET tributary.progress_interval = 0")
+            after = c.execute("SELECT left_key, right_key, score, evidence FROM tributary_match('a', 'b', '{name,city,born}') "
+                              "ORDER BY 1").fetchall()
+            assert [(r[0], r[1]) for r in after] == [("1", "10"), ("2", "11"), ("3", "13")], after
+            assert all(0.5 <= r[2] <= 1 and set(r[3]) == {"name", "city", "born"} for r in after), after
+            e = c.execute("SELECT tributary_match_explain()").fetchone()[0]
+            assert e["accepted"] == 3 and [x["column"] for x in e["columns"]] == ["name", "city", "born"], e
+            strict = c.execute("SELECT count(*) FROM tributary_match('a', 'b', '{name,city,born}', min_precision => 0.99)").fetchone()[0]
+            assert strict <= 3
+            assert c.execute("SELECT count(*) FROM tributary_dedup('a', '{name,city,born}')").fetchone()[0] == 0
+            updated = [r[0] for r in c.execute(DESCRIBE)]
+        with db(env, FRESH) as c:
+            c.execute("DROP EXTENSION IF EXISTS tributary CASCADE")
+            c.execute("CREATE EXTENSION tributary CASCADE")
+            fresh = [r[0] for r in c.execute(DESCRIBE)]
+        if updated != fresh:
+            diff = "\n".join(difflib.unified_diff(fresh, updated, "fresh install", "updated from " + PREVIOUS,
+                                                  lineterm="", n=1))
+            pytest.fail("the extension updated from 0.9.0 differs from a fresh install:\n" + diff[:20000])
+    finally:
+        with psycopg.connect(env["dsn"], autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
