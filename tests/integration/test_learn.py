@@ -160,6 +160,35 @@ def test_as_of_counts_only_strictly_earlier_rows(env):
         assert hist[7] is None   # NULL as_of: no prediction
 
 
+def test_one_statement_predicts_as_separate_statements_do(env):
+    """tributary_predict over many rows in one statement reads the table once and reuses it
+    (api/learn.rs, TableCache): each row must get exactly what a statement of its own gives, and
+    the next statement (even in the same transaction) must see rows changed in between."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "os")
+        train(c, "'os_p'", "'os'", "'kind'", as_of="'day'", algorithm="'gbdt'")
+        probe = ("SELECT os.id, p.prediction, p.confidence, p.evidence::text FROM os, tributary_predict('os_p', os) p "
+                 "WHERE os.id %s ORDER BY os.id")
+        together = c.execute(probe % "BETWEEN 390 AND 420").fetchall()
+        alone = [c.execute(probe % f"= {i}").fetchone() for i in range(390, 421)]
+        assert len(together) == 31 and together == alone
+        # A row not in the table (a new one) between rows of the table: the same too.
+        new = ("SELECT p.prediction, p.confidence FROM tributary_predict('os_p', "
+               "ROW(9001, 3, 60, 'a new event', NULL, NULL)::os) p")
+        mixed = c.execute("SELECT o.id, p.prediction, p.confidence FROM (VALUES (1, 400), (2, 9001), (3, 401)) v(ord, id) "
+                          "LEFT JOIN os o USING (id), LATERAL tributary_predict('os_p', "
+                          "coalesce(o, ROW(9001, 3, 60, 'a new event', NULL, NULL)::os)) p ORDER BY v.ord").fetchall()
+        assert mixed[1][1:] == c.execute(new).fetchone()
+        assert [m[1:] for m in (mixed[0], mixed[2])] == [tuple(x[1:3]) for x in alone if x[0] in (400, 401)]
+        count = ("SELECT ((tributary_predict('os_p', os)).evidence -> 'history' ->> 'person_id')::float8 "
+                 "FROM os WHERE id = 400")
+        with c.transaction():
+            before = c.execute(count).fetchone()[0]
+            c.execute("INSERT INTO os (id, person_id, day, note, kind) VALUES (5000, 1, 0, 'early', 'a')")
+            after = c.execute(count).fetchone()[0]
+        assert after == before + 1, (before, after)
+
+
 def test_bad_input(env):
     with connect(env["dsn"]) as c:
         c.execute("DROP TABLE IF EXISTS bad; CREATE TABLE bad (id int PRIMARY KEY, t int, body text, kind text)")

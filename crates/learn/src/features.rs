@@ -166,11 +166,18 @@ pub(crate) fn features(
     col += tw;
     let hw = lay.hist_w();
     let mut hist_counts = vec![Vec::new(); nq];
+    // A few queries (one row's prediction): each one's related rows directly; else the sweep.
+    let direct = nq * 64 <= n;
     for p in &ds.paths {
-        let c = history::counts(p, n, as_of, known, hw);
+        let c = if direct {
+            history::counts_for(p, n, as_of, known, hw, queries)
+        } else {
+            history::counts(p, n, as_of, known, hw)
+        };
         let outw = if lay.classes.is_some() { hw + 1 } else { hw };
         for (qi, &q) in queries.iter().enumerate() {
-            let r = &c[q as usize * hw..(q as usize + 1) * hw];
+            let at = if direct { qi } else { q as usize };
+            let r = &c[at * hw..(at + 1) * hw];
             let dst = &mut x[qi * nf + col..qi * nf + col + outw];
             let total = if lay.classes.is_some() {
                 r.iter().sum::<f64>()
@@ -272,7 +279,7 @@ pub(crate) fn known_labels(
 ) -> Vec<Option<Y>> {
     match &ds.label {
         Labels::Category(v) => {
-            let map: HashMap<&str, u32> = classes
+            let map: fnv::FnvHashMap<&str, u32> = classes
                 .unwrap_or(&[])
                 .iter()
                 .enumerate()

@@ -105,3 +105,56 @@ pub(crate) fn counts(
     }
     out
 }
+
+/// [`counts`] for a few `queries` only (n_q x `width`, in the order of `queries`), without the
+/// sweep over every row: for each query, one pass over the path's pairs. O(pairs x queries):
+/// what one row's prediction needs (`tributary_predict`), where the sweep's sort of all rows
+/// would cost more than the row. The same counts as [`counts`] (class counts exactly; number
+/// sums up to the order of the additions).
+pub(crate) fn counts_for(
+    path: &GroupPath,
+    n: usize,
+    as_of: Option<&[f64]>,
+    known: &[Option<Y>],
+    width: usize,
+    queries: &[u32],
+) -> Vec<f64> {
+    let mut out = vec![0f64; queries.len() * width];
+    for (qi, &q) in queries.iter().enumerate() {
+        let groups: std::collections::HashSet<u64> = path
+            .pairs
+            .iter()
+            .filter(|p| p.0 == q)
+            .map(|p| p.1)
+            .collect();
+        if groups.is_empty() {
+            continue;
+        }
+        let mut seen: std::collections::HashSet<(u32, u64)> = std::collections::HashSet::new();
+        let row = &mut out[qi * width..(qi + 1) * width];
+        for &(j, g) in &path.pairs {
+            if j == q || (j as usize) >= n || !groups.contains(&g) {
+                continue;
+            }
+            if let Some(t) = as_of {
+                if t[j as usize].total_cmp(&t[q as usize]).is_ge() {
+                    continue;
+                }
+            }
+            let Some(y) = known[j as usize] else {
+                continue;
+            };
+            if !seen.insert((j, g)) {
+                continue;
+            }
+            match y {
+                Y::Class(c) => row[c as usize] += 1.0,
+                Y::Num(v) => {
+                    row[0] += v;
+                    row[1] += 1.0;
+                }
+            }
+        }
+    }
+    out
+}

@@ -419,3 +419,47 @@ fn knn_timing() {
     );
     assert_eq!(r[n - 1].len(), 50);
 }
+
+/// The direct counts of a few rows (one row's prediction) equal the sweep's, with and without
+/// as_of, with duplicate pairs, rows in several groups, unknown labels and ties in time.
+#[test]
+fn history_counts_for_a_few_rows_equal_the_sweep() {
+    let n = 500usize;
+    let mut state = 7u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    let mut pairs = Vec::new();
+    for r in 0..n as u32 {
+        for _ in 0..1 + next() % 3 {
+            pairs.push((r, (next() % 40) as u64));
+        }
+    }
+    pairs.push(pairs[10]);
+    let p = GroupPath {
+        name: "g".into(),
+        pairs,
+    };
+    let t: Vec<f64> = (0..n).map(|_| (next() % 50) as f64).collect();
+    let known: Vec<Option<Y>> = (0..n)
+        .map(|_| match next() % 4 {
+            0 => None,
+            c => Some(Y::Class(c as u32 - 1)),
+        })
+        .collect();
+    let queries: Vec<u32> = vec![0, 10, 137, 499, 250];
+    for as_of in [Some(&t[..]), None] {
+        let all = history::counts(&p, n, as_of, &known, 3);
+        let few = history::counts_for(&p, n, as_of, &known, 3, &queries);
+        for (qi, &q) in queries.iter().enumerate() {
+            assert_eq!(
+                &few[qi * 3..qi * 3 + 3],
+                &all[q as usize * 3..q as usize * 3 + 3],
+                "row {q}"
+            );
+        }
+    }
+}
