@@ -42,7 +42,6 @@
 -- tributary_embed_column, so progress NOTICEs, Ctrl-C and statement_timeout work as there.
 
 ALTER FUNCTION _string_similarity(text, text) SET SCHEMA tributary;
-ALTER FUNCTION _match_threshold(double precision[], text) SET SCHEMA tributary;
 ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
 ALTER FUNCTION _match_cut(double precision[], double precision) SET SCHEMA tributary;
@@ -179,6 +178,7 @@ DECLARE
     t_off int;
     ei int;
     n_emb int;
+    n_str int;
     t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
     t_embed float8;
     t_cand float8;
@@ -348,10 +348,12 @@ BEGIN
     -- value, or on the values of two short columns, that at most k rows of each side hold (an
     -- id, a date, a phone number; a surname with a postcode): at most rows x k pairs a key, and
     -- a pair whose values all have typing errors but two is still found.
+    n_str := coalesce(cardinality(array_positions(str, true)), 0);
     FOR i IN 1 .. n LOOP
         CONTINUE WHEN NOT str[i];
         FOR j IN i .. n LOOP
-            CONTINUE WHEN NOT str[j];
+            -- (two columns' values together only up to 12 short columns: 78 keys at most)
+            CONTINUE WHEN NOT str[j] OR (j > i AND n_str > 12);
             EXECUTE format(
                 'INSERT INTO pg_temp.tributary_match_c
                  WITH lv AS (SELECT key, lower(v[$1] || chr(31) || CASE WHEN $2 = $1 THEN '''' ELSE v[$2] END) AS x

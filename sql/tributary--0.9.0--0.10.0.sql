@@ -6,12 +6,14 @@
 -- learned; short columns are compared by string similarity without embedding and find
 -- candidates by blocking; tributary_dedup joins clusters by average linkage
 -- (tributary._match_clusters). The percentile-capped threshold and the weighted mean are gone
--- (tributary._match_score, tributary._match_auto_threshold). Generated from sql/match.sql.
+-- (tributary._match_score, tributary._match_auto_threshold, tributary._match_threshold).
+-- Generated from sql/match.sql.
 
 DROP FUNCTION tributary_match(regclass, regclass, text[], text[], integer, double precision, boolean, regclass, text);
 DROP FUNCTION tributary_dedup(regclass, text[], integer, double precision, regclass, text);
 DROP FUNCTION tributary._match_score();
 DROP FUNCTION tributary._match_auto_threshold(boolean);
+DROP FUNCTION tributary._match_threshold(double precision[], text);
 
 CREATE  FUNCTION "_match_em"(
 	"a" INT[], /* Vec < Option < i32 > > */
@@ -142,6 +144,7 @@ DECLARE
     t_off int;
     ei int;
     n_emb int;
+    n_str int;
     t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
     t_embed float8;
     t_cand float8;
@@ -311,10 +314,12 @@ BEGIN
     -- value, or on the values of two short columns, that at most k rows of each side hold (an
     -- id, a date, a phone number; a surname with a postcode): at most rows x k pairs a key, and
     -- a pair whose values all have typing errors but two is still found.
+    n_str := coalesce(cardinality(array_positions(str, true)), 0);
     FOR i IN 1 .. n LOOP
         CONTINUE WHEN NOT str[i];
         FOR j IN i .. n LOOP
-            CONTINUE WHEN NOT str[j];
+            -- (two columns' values together only up to 12 short columns: 78 keys at most)
+            CONTINUE WHEN NOT str[j] OR (j > i AND n_str > 12);
             EXECUTE format(
                 'INSERT INTO pg_temp.tributary_match_c
                  WITH lv AS (SELECT key, lower(v[$1] || chr(31) || CASE WHEN $2 = $1 THEN '''' ELSE v[$2] END) AS x

@@ -1,5 +1,6 @@
 //! The native helpers of `tributary_match` and `tributary_dedup` (sql/match.sql moves them into
-//! schema `tributary`): string similarity, thresholds without labels, logistic regression.
+//! schema `tributary`): string similarity, the match probability fitted by EM, the cut for a
+//! precision, dedup clusters, logistic regression, the last call's explanation.
 //! The algorithms are in `service/matching.rs`.
 
 use pgrx::prelude::*;
@@ -17,11 +18,11 @@ fn _string_similarity(a: &str, b: &str) -> Option<f64> {
     matching::string_similarity(a, b)
 }
 
-/// `tributary._match_threshold(scores float8[], method text) → float8`: a cut between the low and
-/// the high scores, read off their distribution without labels: `'minimum_error'` (Kittler and
-/// Illingworth, 1986; falls back to Otsu) or `'otsu'` (Otsu, 1979), over a 256-bin histogram.
-/// NULL with fewer than two distinct scores. Errors: 22023 unknown method.
-#[pg_extern(immutable, parallel_safe, strict)]
+/// 0.9.0's `tributary._match_threshold(scores float8[], method text) → float8` (a cut read off a
+/// histogram of scores: `'minimum_error'`, Kittler and Illingworth 1986, or `'otsu'`), kept as a C
+/// entry point so that a database still at 0.9.0 works with this library; no SQL is generated
+/// for it (0.10.0 drops it: the cut is on a probability). Errors: 22023 unknown method.
+#[pg_extern(sql = false, immutable, parallel_safe, strict)]
 fn _match_threshold(scores: Vec<Option<f64>>, method: &str) -> Option<f64> {
     let scores: Vec<f64> = scores.into_iter().flatten().collect();
     match method {
@@ -147,7 +148,11 @@ fn _match_em(
             right: rows_right,
             same_table,
         };
-        Ok(match_em::fit(&e, &u0, sides, one_to_one, 500))
+        // Ctrl-C and statement_timeout between two EM rounds.
+        let mut cancel = || {
+            pgrx::check_for_interrupts!();
+        };
+        Ok(match_em::fit(&e, &u0, sides, one_to_one, 500, &mut cancel))
     })()
     .or_raise();
     let (model, p) = fit;

@@ -183,13 +183,15 @@ impl Sides {
 ///   pairs, and matches outside the candidates are taken to be none.
 ///
 /// Stops when no parameter moves by more than 1e-6 (priors relatively) or after `max_iter`
-/// rounds. Returns the model and every pair's match probability.
+/// rounds; `each_round` runs before every round (the caller checks for a cancel there). Returns
+/// the model and every pair's match probability.
 pub fn fit(
     e: &Evidence,
     u_counts: &[[f64; LEVELS]],
     sides: Sides,
     one_to_one: bool,
     max_iter: usize,
+    each_round: &mut dyn FnMut(),
 ) -> (FsModel, Vec<f64>) {
     let (n, cols) = (e.pairs(), e.cols);
     let m0 = [0.02, 0.03, 0.1, 0.25, 0.6];
@@ -221,6 +223,7 @@ pub fn fit(
     model.prior = (0.5 * sides.left.min(sides.right) / population).clamp(1e-12, 0.5);
     let mut p = vec![0.0; n];
     for it in 1..=max_iter {
+        each_round();
         estep(e, &model, sides, one_to_one, &mut p);
         let m = mstep(e, &p, &start_m);
         let matches: f64 = p.iter().sum();
@@ -544,7 +547,7 @@ mod tests {
     #[test]
     fn em_finds_the_matches_when_every_row_has_a_partner() {
         let (e, truth) = synthetic(500, 500, 10, 4);
-        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200);
+        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200, &mut || ());
         assert!(model.converged, "{model:?}");
         let f = f1(&p, &truth);
         assert!(f > 0.98, "f1 {f}");
@@ -559,7 +562,7 @@ mod tests {
     #[test]
     fn em_finds_the_matches_when_few_rows_have_one() {
         let (e, truth) = synthetic(600, 60, 10, 4);
-        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200);
+        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200, &mut || ());
         let f = f1(&p, &truth);
         assert!(f > 0.95, "f1 {f}, {model:?}");
         assert!(model.prior < 0.05, "{}", model.prior);
@@ -577,8 +580,8 @@ mod tests {
         e.a.extend([0, 0]);
         e.b.extend([1000, 1001]);
         e.levels.extend([4u8; 6]);
-        let (_, free) = fit(&e, &unrelated(3), sides(&e), false, 100);
-        let (_, tied) = fit(&e, &unrelated(3), sides(&e), true, 100);
+        let (_, free) = fit(&e, &unrelated(3), sides(&e), false, 100, &mut || ());
+        let (_, tied) = fit(&e, &unrelated(3), sides(&e), true, 100, &mut || ());
         assert!(free[base] > 0.9 && free[base + 1] > 0.9);
         assert!(tied[base] + tied[base + 1] + tied[0] <= 1.0 + 1e-9);
     }

@@ -1,6 +1,7 @@
 //! The parts of matching rows (`tributary_match`, `tributary_dedup`: sql/match.sql) that are not
-//! SQL: a string similarity for short, identifier-like values, a threshold read off a score
-//! distribution without labels, and logistic regression over per-column similarities with labels.
+//! SQL: a string similarity for short, identifier-like values, logistic regression over per-column
+//! similarities with labels, and 0.9.0's thresholds read off a score distribution (kept for
+//! databases still at 0.9.0; the match probability without labels is `match_em.rs`'s).
 //! No PostgreSQL here (the `#[pg_extern]` wrappers are in `api/matching.rs`).
 
 use linfa::prelude::*;
