@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh) and runs all of tributary's tests:
-#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), the
+#   0. first, the gates: cargo fmt --check, cargo clippy -D warnings (workspace lints), the code's
+#      shape (scripts/check_structure.py: no file over 700 lines, no import cycle), the
 #      engine crate's unit tests (cargo test -p tributary-engine, real ORT library and model) and
 #      the learn crate's (cargo test -p tributary-learn --release)
 #   1. model preparation tests (pytest, ort/scripts/test_export.py) and the benchmark report's
@@ -131,6 +132,7 @@ chmod -R a+rX "$ROOT" 2>/dev/null || true
 # 0. Format and lint gates, and the engine's own tests (crates/engine: no PostgreSQL needed).
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+step "code shape: no file over 700 lines, no modules that import each other" python3 scripts/check_structure.py
 step "engine unit tests (cargo test -p tributary-engine)" counted cargo none engine cargo test -p tributary-engine
 # crates/learn (the predictors' features and models, no PostgreSQL): optimised, its k-NN and trees
 # are slow unoptimised.

@@ -1,0 +1,281 @@
+//! One row's prediction by a predictor (`tributary._predict_record`, in `api/learn.rs`): the
+//! table read once per statement ([`TableCache`]), the row appended to it, predicted, taken out.
+
+use pgrx::prelude::*;
+use tributary_learn as learn;
+
+use crate::pg::error::{Result, TributaryError};
+use crate::pg::regclass::{sql_name, RegClass};
+use crate::service::learn::{learn_error, load, spec_of, stored, Loaded, PgControl, Source, Spec};
+
+pub(super) fn predict_record(
+    name: &str,
+    row: pgrx::JsonB,
+) -> Result<(Option<String>, Option<f64>, Option<pgrx::JsonB>)> {
+    let ctl = PgControl::new("tributary_predict");
+    let key = TableCache::key(name);
+    let cached = TABLE_CACHE.with(|c| c.borrow_mut().take().filter(|t| t.key == key));
+    let mut cache = match cached {
+        Some(c) => c,
+        None => {
+            let p = stored(name)?;
+            let oid = RegClass(p.tbl).lock()?;
+            let table = sql_name(oid)
+                .ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+            let plan = spec_of(name, &p)?;
+            let all = load(&plan, Source::Table(&table), &ctl)?;
+            let model = learn::Model::from_bytes(&p.model).map_err(|e| learn_error(e, &ctl))?;
+            TableCache {
+                key,
+                table,
+                plan,
+                model,
+                all,
+                index: Default::default(),
+            }
+        }
+    };
+    let one = load(
+        &cache.plan,
+        Source::Record {
+            table: &cache.table,
+            row,
+        },
+        &ctl,
+    )?;
+    let Some(key) = one.keys.first().cloned() else {
+        TableCache::keep(cache);
+        return Ok((None, None, None));
+    };
+    if one.as_of_null[0] {
+        TableCache::keep(cache);
+        return Ok((None, None, None));
+    }
+    // The same row in the table: its own label and its link groups (a new row has none yet).
+    if cache.index.is_empty() {
+        cache.index = (cache.all.keys.iter().enumerate())
+            .map(|(i, k)| (k.clone(), i))
+            .collect();
+    }
+    let same = cache.index.get(&key).copied();
+    let all = &mut cache.all;
+    let target = all.keys.len() as u32;
+    let undo = append(all, one, same);
+    let preds = learn::predict(&cache.model, &all.ds, &[target], &ctl);
+    let evidence_keys: Vec<String> = match &preds {
+        Ok(p) => p
+            .iter()
+            .flat_map(|p| {
+                p.neighbours
+                    .iter()
+                    .map(|(i, _)| all.keys[*i as usize].clone())
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    undo.apply(all);
+    TableCache::keep(cache);
+    let preds = preds.map_err(|e| learn_error(e, &ctl))?;
+    let Some(pred) = preds.into_iter().next() else {
+        return Ok((None, None, None));
+    };
+    let evidence = serde_json::json!({
+        "neighbours": pred.neighbours.iter().zip(&evidence_keys).map(|((_, s), k)| serde_json::json!({
+            "key": serde_json::from_str::<serde_json::Value>(k).unwrap_or(serde_json::Value::Null),
+            "similarity": s})).collect::<Vec<_>>(),
+        "history": pred.history.iter().map(|(p, c)| (p.clone(), serde_json::json!(c))).collect::<serde_json::Map<_, _>>(),
+        "features": pred.top_features.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+    });
+    Ok((pred.label, pred.confidence, Some(pgrx::JsonB(evidence))))
+}
+
+/// The rows of a predictor's table as one statement's first `tributary_predict` call read them,
+/// with its plan and model,
+/// for the statement's other calls: the predictor (its catalog row read, its access checked and
+/// its table locked by the first call) as the statement's first call found it. Key: the
+/// predictor's name, the transaction's and the statement's start times and the current user
+/// (row-level security: another role may see other rows). One entry per backend, dropped at
+/// the end of the transaction.
+struct TableCache {
+    key: (String, i64, i64, u32),
+    /// The predictor's table (locked for the transaction by the first call).
+    table: String,
+    /// The plan of the features (checked against the table once: the table is locked for the
+    /// statement) and the model, deserialised once.
+    plan: Spec,
+    model: learn::Model,
+    all: Loaded,
+    /// Row of each key in `all` (built once per statement).
+    index: std::collections::HashMap<String, usize>,
+}
+
+thread_local! {
+    static TABLE_CACHE: std::cell::RefCell<Option<TableCache>> = const { std::cell::RefCell::new(None) };
+    static CACHE_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl TableCache {
+    fn key(name: &str) -> (String, i64, i64, u32) {
+        // SAFETY: plain reads of this backend's state in a transaction.
+        let (xact, started, user) = unsafe {
+            (
+                pg_sys::GetCurrentTransactionStartTimestamp(),
+                pg_sys::GetCurrentStatementStartTimestamp(),
+                pg_sys::GetUserId().to_u32(),
+            )
+        };
+        (name.to_string(), xact, started, user)
+    }
+
+    /// Keeps `cache` for the statement's next call; dropped when the transaction ends.
+    fn keep(cache: TableCache) {
+        TABLE_CACHE.with(|c| *c.borrow_mut() = Some(cache));
+        if !CACHE_CALLBACK.with(|c| c.replace(true)) {
+            for event in [
+                pgrx::PgXactCallbackEvent::Commit,
+                pgrx::PgXactCallbackEvent::Abort,
+            ] {
+                pgrx::register_xact_callback(event, || {
+                    TABLE_CACHE.with(|c| c.borrow_mut().take());
+                    CACHE_CALLBACK.with(|c| c.set(false));
+                });
+            }
+        }
+    }
+}
+
+/// What [`append`] changed, to give `all` back as it was read.
+struct Undo {
+    n: usize,
+    same: Option<(usize, Option<String>, Option<f64>)>,
+    pairs: Vec<usize>,
+}
+
+impl Undo {
+    fn apply(self, all: &mut Loaded) {
+        let n = self.n;
+        let ds = &mut all.ds;
+        match &mut ds.label {
+            learn::Labels::Category(v) => {
+                v.truncate(n);
+                if let Some((s, l, _)) = self.same {
+                    v[s] = l;
+                }
+            }
+            learn::Labels::Number(v) => {
+                v.truncate(n);
+                if let Some((s, _, l)) = self.same {
+                    v[s] = l;
+                }
+            }
+        }
+        if let Some(a) = ds.as_of.as_mut() {
+            a.truncate(n);
+        }
+        if let Some(t) = ds.text.as_mut() {
+            t.truncate(n);
+        }
+        if let Some(e) = ds.embedding.as_mut() {
+            e.data.truncate(n * e.dim);
+            e.present.truncate(n);
+        }
+        for (p, len) in ds.paths.iter_mut().zip(self.pairs) {
+            p.pairs.truncate(len);
+        }
+        for (_, v) in ds.numbers.iter_mut() {
+            v.truncate(n);
+        }
+        for (_, v) in ds.categories.iter_mut() {
+            v.truncate(n);
+        }
+        all.keys.truncate(n);
+        all.tids.truncate(n);
+        all.as_of_null.truncate(n);
+    }
+}
+
+/// Appends the one row of `one` to `all`; the row of `all` with its key (`same`) loses its label
+/// (it is the row being predicted) and gives the new row its link-table groups. The [`Undo`]
+/// gives `all` back as it was.
+fn append(all: &mut Loaded, one: Loaded, same: Option<usize>) -> Undo {
+    let n = all.keys.len() as u32;
+    let ds = &mut all.ds;
+    let o = one.ds;
+    let undo = Undo {
+        n: n as usize,
+        same: same.map(|s| match &ds.label {
+            learn::Labels::Category(v) => (s, v[s].clone(), None),
+            learn::Labels::Number(v) => (s, None, v[s]),
+        }),
+        pairs: ds.paths.iter().map(|p| p.pairs.len()).collect(),
+    };
+    if let Some(s) = same {
+        match &mut ds.label {
+            learn::Labels::Category(v) => v[s] = None,
+            learn::Labels::Number(v) => v[s] = None,
+        }
+    }
+    match (&mut ds.label, o.label) {
+        // The row being predicted has no known label.
+        (learn::Labels::Category(v), learn::Labels::Category(_)) => v.push(None),
+        (learn::Labels::Number(v), learn::Labels::Number(_)) => v.push(None),
+        _ => {}
+    }
+    if let (Some(a), Some(b)) = (ds.as_of.as_mut(), o.as_of.as_ref()) {
+        a.push(b[0]);
+    }
+    if let (Some(a), Some(b)) = (ds.text.as_mut(), o.text.as_ref()) {
+        let mut t = b[0].clone();
+        // Link groups of the same row in the table (the record's own text has its parents').
+        if let Some(s) = same {
+            let own = &a[s];
+            for tok in own
+                .split(' ')
+                .filter(|w| w.starts_with('g') && w.len() == 17)
+            {
+                if !t.contains(tok) {
+                    t.push(' ');
+                    t.push_str(tok);
+                }
+            }
+        }
+        a.push(t);
+    }
+    match (ds.embedding.as_mut(), o.embedding) {
+        (Some(a), Some(b)) if a.dim == b.dim => {
+            a.data.extend_from_slice(&b.data[..b.dim]);
+            a.present.push(b.present[0]);
+        }
+        (Some(a), _) => {
+            a.data.extend(std::iter::repeat_n(0.0, a.dim));
+            a.present.push(false);
+        }
+        _ => {}
+    }
+    for (pa, pb) in ds.paths.iter_mut().zip(o.paths) {
+        // Parent paths come from the record itself; link paths from the table's same row.
+        let from_record: Vec<(u32, u64)> = pb.pairs.iter().map(|&(_, g)| (n, g)).collect();
+        let from_table: Vec<(u32, u64)> = match same {
+            Some(s) if from_record.is_empty() => pa
+                .pairs
+                .iter()
+                .filter(|(i, _)| *i as usize == s)
+                .map(|&(_, g)| (n, g))
+                .collect(),
+            _ => Vec::new(),
+        };
+        pa.pairs.extend(from_record);
+        pa.pairs.extend(from_table);
+    }
+    for ((_, a), (_, b)) in ds.numbers.iter_mut().zip(o.numbers) {
+        a.push(b.into_iter().next().flatten());
+    }
+    for ((_, a), (_, b)) in ds.categories.iter_mut().zip(o.categories) {
+        a.push(b.into_iter().next().flatten());
+    }
+    all.keys
+        .push(one.keys.into_iter().next().unwrap_or_default());
+    all.tids.push(None);
+    all.as_of_null.push(false);
+    undo
+}
