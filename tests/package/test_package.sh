@@ -134,7 +134,7 @@ check_deb() {  # check_deb MAJOR DEB
   done
   copyright=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/doc/postgresql-$m-tributary/copyright")
   for f in "License: Apache-2.0" "License: MIT" "Files: usr/share/postgresql/$m/tributary/models/all-MiniLM-L6-v2/*" \
-    "Files: usr/lib/postgresql/$m/lib/tributary/*" " pgrx 0.18.0: MIT" " ort 2.0.0-rc.15: " " tokenizers 0.22.2: "; do
+    "Files: usr/lib/postgresql/$m/lib/tributary/*" " pgrx 0.18.0: MIT" " ort 2.0.0-rc.15: " " tokenizers 0.22.2: " "License: BSD-2-Clause" " Oniguruma LICENSE"; do
     grep -qF -- "$f" <<<"$copyright" || problems+=("copyright lacks '$f'")
   done
   dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/share/postgresql/$m/extension/tributary.control" \
