@@ -204,26 +204,22 @@ BEGIN
     EXECUTE format('SELECT %s.vector_dims(tributary._embed_text($1, $2))', vec) INTO dims USING 'dimension', model;
     -- Defined now that the library is loaded: '0' turns progress NOTICEs off.
     report := current_setting('tributary.progress_interval') <> '0';
-    EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], txt text, e %s.vector(%s))
+    EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], e %s.vector(%s))
                     ON COMMIT DROP', vec, dims);
     made := made || 'pg_temp.tributary_match_l'::regclass::oid;
-    -- A side's rows: key, values, and the text `name: value; ...` under the left names.
-    fill_sql := 'INSERT INTO pg_temp.tributary_match_%s
-             SELECT %s, x.v, (SELECT string_agg(c.name || '': '' || x.v[c.i], ''; '' ORDER BY c.i)
-                                FROM unnest($1) WITH ORDINALITY AS c(name, i) WHERE x.v[c.i] IS NOT NULL)
-               FROM %s AS t CROSS JOIN LATERAL (SELECT %s AS v) x';
-    EXECUTE format(fill_sql, 'l', tributary._match_key(left_table, 't'), left_table,
-                   tributary._match_values(left_table, columns, 't'))
-      USING columns;
+    -- A side's rows: key and values (the embedding comes in step 2).
+    fill_sql := 'INSERT INTO pg_temp.tributary_match_%s (key, v)
+             SELECT %s, %s FROM %s AS t';
+    EXECUTE format(fill_sql, 'l', tributary._match_key(left_table, 't'), tributary._match_values(left_table, columns, 't'),
+                   left_table);
     IF self THEN
         CREATE TEMP VIEW tributary_match_r AS SELECT * FROM pg_temp.tributary_match_l;
         made := made || 'pg_temp.tributary_match_r'::regclass::oid;
     ELSE
         CREATE TEMP TABLE tributary_match_r (LIKE pg_temp.tributary_match_l INCLUDING ALL) ON COMMIT DROP;
         made := made || 'pg_temp.tributary_match_r'::regclass::oid;
-        EXECUTE format(fill_sql, 'r', tributary._match_key(right_table, 't'), right_table,
-                       tributary._match_values(right_table, rcols, 't'))
-          USING columns;
+        EXECUTE format(fill_sql, 'r', tributary._match_key(right_table, 't'), tributary._match_values(right_table, rcols, 't'),
+                       right_table);
     END IF;
     SELECT count(*) INTO n_left FROM pg_temp.tributary_match_l;
     SELECT count(*) INTO n_right FROM pg_temp.tributary_match_r;
@@ -257,7 +253,8 @@ BEGIN
     END IF;
     -- The rows' embeddings, for the nearest-neighbour candidates: of the phrase columns only
     -- (short columns find candidates by blocking, step 3). One phrase column: its value's
-    -- embedding; several: the text `name: value; ...` of those columns, embedded; none: none.
+    -- embedding; several: the normalised sum of their values' embeddings (no second pass of the
+    -- model over longer texts); none: none.
     IF n_emb = 1 THEN
         ei := array_position(emb, true);
         UPDATE pg_temp.tributary_match_l l SET e = v.e FROM pg_temp.tributary_match_v v WHERE v.col = ei AND v.val = l.v[ei];
@@ -265,15 +262,17 @@ BEGIN
             UPDATE pg_temp.tributary_match_r r SET e = v.e FROM pg_temp.tributary_match_v v WHERE v.col = ei AND v.val = r.v[ei];
         END IF;
     ELSIF n_emb > 1 THEN
-        UPDATE pg_temp.tributary_match_l l
-           SET txt = (SELECT string_agg(c.name || ': ' || l.v[c.i], '; ' ORDER BY c.i)
-                        FROM unnest(columns) WITH ORDINALITY AS c(name, i) WHERE emb[c.i] AND l.v[c.i] IS NOT NULL);
-        PERFORM tributary._embed_column('pg_temp.tributary_match_l', '{txt}', 'e', model => model);
+        EXECUTE format(
+            'UPDATE pg_temp.tributary_match_%2$s x
+                SET e = (SELECT %1$s.l2_normalize(%1$s.sum(v.e))
+                           FROM unnest($1) c(i) JOIN pg_temp.tributary_match_v v ON v.col = c.i AND v.val = x.v[c.i])',
+            vec, 'l') USING array_positions(emb, true);
         IF NOT self THEN
-            UPDATE pg_temp.tributary_match_r r
-               SET txt = (SELECT string_agg(c.name || ': ' || r.v[c.i], '; ' ORDER BY c.i)
-                            FROM unnest(columns) WITH ORDINALITY AS c(name, i) WHERE emb[c.i] AND r.v[c.i] IS NOT NULL);
-            PERFORM tributary._embed_column('pg_temp.tributary_match_r', '{txt}', 'e', model => model);
+            EXECUTE format(
+                'UPDATE pg_temp.tributary_match_%2$s x
+                    SET e = (SELECT %1$s.l2_normalize(%1$s.sum(v.e))
+                               FROM unnest($1) c(i) JOIN pg_temp.tributary_match_v v ON v.col = c.i AND v.val = x.v[c.i])',
+                vec, 'r') USING array_positions(emb, true);
         END IF;
     END IF;
 
