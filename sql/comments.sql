@@ -135,3 +135,4 @@ COMMENT ON FUNCTION tributary._sharded_job_create(oid, jsonb, regclass, oid) IS 
 COMMENT ON FUNCTION tributary._sharded_job_op(oid, text, bigint) IS 'Internal: pause, resume, cancel or drop of a sharded job, on every part.';
 COMMENT ON VIEW tributary.job_parts IS 'The parts of your sharded jobs (jobs on a table whose partitions are postgres_fdw foreign tables): per partition, its server, the shard''s table and job id, and the state and counts the shard reports now (unreachable, with the error, when it cannot be reached).';
 COMMENT ON FUNCTION tributary._shard_key_columns(regclass) IS 'Internal: the primary key columns of the shards'' tables behind a partitioned table over postgres_fdw shards, when they agree (through dblink as the current role); else NULL.';
+COMMENT ON FUNCTION tributary._match_stored(regclass, text[]) IS 'Internal (tributary_match): which matched columns are pgvector vector columns (stored embeddings, used as they are).';

@@ -6,8 +6,10 @@
 -- 1. Each row of each side: its key and the matched columns' values as text (each cut to its
 --    first 2,048 characters: tributary._match_values).
 -- 2. Columns of phrases (3 words or more on average, mostly letters: titles, descriptions) are
---    embedded, each distinct value once; every other column (names, numbers, codes, dates,
---    phones: short values) is compared by string similarity only, without embedding.
+--    embedded, each distinct value once; a pgvector `vector` column named in `columns` is an
+--    embedding the caller stored and is used as it is (never embedded again); every other column
+--    (names, numbers, codes, dates, phones: short values) is compared by string similarity only,
+--    without embedding.
 -- 3. Candidates: for every row, its k nearest rows of the other side by the embedding of its
 --    phrase columns (one phrase column: its value's embedding; several: the normalised sum of
 --    their values' embeddings), both ways (pgvector cosine distance, an HNSW index on a
@@ -88,7 +90,8 @@ END $$;
 -- `ARRAY[nullif(btrim(left(t.c1::text, 2048)), ''), ...]`: the matched columns of `tbl` as text,
 -- each cut to its first 2,048 characters (more than the model's window of 256 tokens holds, so
 -- the embeddings are the same; a huge value is read only as far as that, for text columns stored
--- uncompressed). 42703 an unknown column, 22004 a NULL name.
+-- uncompressed); a `vector` column whole (tributary._match_stored). 42703 an unknown column,
+-- 22004 a NULL name.
 CREATE FUNCTION tributary._match_values(tbl regclass, cols text[], alias text) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -103,10 +106,25 @@ BEGIN
                         WHERE a.attrelid = tbl AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped) THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, tbl USING ERRCODE = '42703';
         END IF;
-        parts := parts || format('nullif(btrim(left(%I.%I::text, 2048)), %L)', alias, c, '');
+        parts := parts || CASE WHEN tributary._match_stored(tbl, ARRAY[c]) = '{t}'
+                               THEN format('%I.%I::text', alias, c)
+                               ELSE format('nullif(btrim(left(%I.%I::text, 2048)), %L)', alias, c, '') END;
     END LOOP;
     RETURN 'ARRAY[' || array_to_string(parts, ', ') || ']::text[]';
 END $$;
+
+-- Which of `cols` of `tbl` are pgvector `vector` columns: embeddings the caller already stored,
+-- used as those columns' embeddings (a phrase column, never embedded again). Unknown columns are
+-- false (tributary._match_values reports them).
+CREATE FUNCTION tributary._match_stored(tbl regclass, cols text[]) RETURNS boolean[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT array_agg(EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                               JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+                               JOIN pg_catalog.pg_extension e ON e.extname = 'vector' AND e.extnamespace = t.typnamespace
+                              WHERE a.attrelid = tbl AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped
+                                AND t.typname = 'vector') ORDER BY c.i)
+      FROM unnest(cols) WITH ORDINALITY AS c(name, i)
+$$;
 
 -- tributary_match(left_table, right_table, columns [, right_columns, k, threshold, one_to_one,
 -- labels, model, min_precision]): the pairs of rows, one of each table, that are the same thing
@@ -180,6 +198,7 @@ DECLARE
     ei int;
     n_emb int;
     n_str int;
+    stored boolean[];
     t0 timestamptz := clock_timestamp();   -- stage times for the NOTICE: embedding, candidates, evidence
     t_embed float8;
     t_cand float8;
@@ -273,16 +292,38 @@ BEGIN
               LEFT JOIN (SELECT v FROM pg_temp.tributary_match_l UNION ALL
                          SELECT v FROM pg_temp.tributary_match_r WHERE NOT self) x ON x.v[c.i] IS NOT NULL
              GROUP BY c.i) p;
+    -- A vector column is an embedding the caller stored: a phrase column, compared by it only.
+    stored := tributary._match_stored(left_table, columns);
+    IF stored IS DISTINCT FROM tributary._match_stored(right_table, rcols) THEN
+        RAISE EXCEPTION 'a matched column is a vector on one side only' USING ERRCODE = '42804',
+            DETAIL = format('vector columns: %s of %s, %s of %s', left_table,
+                            (SELECT string_agg(c, ', ') FROM unnest(columns, stored) x(c, s) WHERE s), right_table,
+                            (SELECT string_agg(c, ', ') FROM unnest(rcols, tributary._match_stored(right_table, rcols)) x(c, s) WHERE s)),
+            HINT = 'Pair a stored embedding with the other table''s embedding of the same column, by the same model.';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF stored[i] THEN
+            emb[i] := true;
+            str[i] := false;
+        END IF;
+    END LOOP;
     n_emb := coalesce(cardinality(array_positions(emb, true)), 0);
     -- Each phrase column's distinct values, embedded once.
-    EXECUTE format('CREATE TEMP TABLE tributary_match_v (col int, val text, e %s.vector(%s), PRIMARY KEY (col, val))
-                    ON COMMIT DROP', vec, dims);
+    -- (a hash index on the value: a btree's entries stop at 2,704 bytes, less than a long value
+    -- or a stored embedding's text)
+    EXECUTE format('CREATE TEMP TABLE tributary_match_v (col int, val text, e %s.vector(%s)) ON COMMIT DROP', vec, dims);
     made := made || 'pg_temp.tributary_match_v'::regclass::oid;
-    INSERT INTO pg_temp.tributary_match_v (col, val)
-    SELECT DISTINCT c.i, x.v[c.i]
-      FROM generate_series(1, n) c(i),
-           LATERAL (SELECT v FROM pg_temp.tributary_match_l UNION ALL SELECT v FROM pg_temp.tributary_match_r WHERE NOT self) x
-     WHERE emb[c.i] AND x.v[c.i] IS NOT NULL;
+    -- (a stored embedding is taken as it is: of another dimension than the model's, pgvector's
+    -- 22000 says so)
+    EXECUTE format(
+        'INSERT INTO pg_temp.tributary_match_v (col, val, e)
+         SELECT DISTINCT c.i, x.v[c.i], CASE WHEN $2[c.i] THEN x.v[c.i]::%s.vector END
+           FROM generate_series(1, $3) c(i),
+                LATERAL (SELECT v FROM pg_temp.tributary_match_l UNION ALL SELECT v FROM pg_temp.tributary_match_r WHERE NOT $4) x
+          WHERE $1[c.i] AND x.v[c.i] IS NOT NULL', vec)
+      USING emb, stored, n, self;
+    CREATE INDEX ON pg_temp.tributary_match_v USING hash (val);
+    ANALYZE pg_temp.tributary_match_v;
     IF n_emb > 0 THEN
         PERFORM tributary._embed_column('pg_temp.tributary_match_v', '{val}', 'e', model => model);
     END IF;

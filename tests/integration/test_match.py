@@ -209,3 +209,22 @@ def test_dedup_does_not_chain_through_one_link(conn):
     found = {frozenset(v) for v in clusters.values()}
     assert len(found & truth) >= 36, len(found & truth)
     assert all(len(v) <= 3 for v in clusters.values()), [v for v in clusters.values() if len(v) > 3]
+
+
+def test_stored_embeddings_are_used_as_they_are(conn):
+    # The titles' embeddings stored in a vector column: named in columns, they are that column's
+    # embeddings (not embedded again), and the matching is as good.
+    _, _, truth = publications()
+    for t in ("tm.pub_a", "tm.pub_b"):
+        conn.execute(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS te vector(384)")
+        conn.execute(f"UPDATE {t} SET te = tributary_embed(title)")
+    pred = pairs(conn, "SELECT left_key, right_key FROM tributary_match('tm.pub_a', 'tm.pub_b', '{te,authors,venue,year}')")
+    precision, recall = quality(pred, truth)
+    assert precision >= 0.98 and recall >= 0.95, (precision, recall)
+    e = conn.execute("SELECT tributary_match_explain()").fetchone()[0]
+    by = {c["column"]: c for c in e["columns"]}
+    assert by["te"]["compared_by"] == "embedding", by["te"]
+    assert by["te"]["agree_m"] > by["te"]["agree_u"]
+    # A vector on one side only is refused.
+    with pytest.raises(psycopg.errors.DatatypeMismatch):
+        conn.execute("SELECT * FROM tributary_match('tm.pub_a', 'tm.pub_b', '{te}', '{title}')")
