@@ -255,8 +255,13 @@ Description: transformer models inside PostgreSQL $major (embeddings into pgvect
 EOF
   chmod 0644 "$stage/DEBIAN/control" "$stage/DEBIAN/md5sums"
   mkdir -p "$(dirname "$deb")"
-  # Written beside, then renamed: a package under its own name is always a whole one.
-  dpkg-deb --root-owner-group "${COMPRESS[@]}" --build "$stage" "$deb.partial" >&2
+  # Written beside, then renamed: a package under its own name is always a whole one. Once
+  # (shared machine, 2026-11-27) dpkg-deb's tar said "file changed as we read it" of a model file
+  # copied a moment before and unchanged since: the staged files are synced first, and a failed
+  # build is tried once more.
+  sync -f "$stage" 2>/dev/null || sync
+  dpkg-deb --root-owner-group "${COMPRESS[@]}" --build "$stage" "$deb.partial" >&2 \
+    || { log "dpkg-deb failed; once more"; dpkg-deb --root-owner-group "${COMPRESS[@]}" --build "$stage" "$deb.partial" >&2; }
   mv "$deb.partial" "$deb"
   rm -rf "$work"
   log "$name $version: $(basename "$deb"), $(du -m "$deb" | cut -f1) MB ($(stat -c %s "$deb") bytes), $(( $(date +%s) - t0 )) s in all"
