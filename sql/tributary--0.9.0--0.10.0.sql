@@ -264,6 +264,10 @@ BEGIN
     SELECT count(*) INTO n_left FROM pg_temp.tributary_match_l;
     SELECT count(*) INTO n_right FROM pg_temp.tributary_match_r;
     IF n_left = 0 OR n_right = 0 OR (self AND n_left < 2) THEN
+        PERFORM tributary._match_remember(jsonb_build_object(
+            'left_table', left_table::text, 'right_table', right_table::text,
+            'rows', jsonb_build_array(n_left, n_right), 'candidate_pairs', 0, 'accepted', 0,
+            'how', 'nothing to match'));
         PERFORM tributary._match_drop(made);
         RETURN;
     END IF;

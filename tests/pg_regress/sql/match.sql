@@ -117,6 +117,7 @@ RESET ROLE;
 CREATE TABLE em.nobody (id int PRIMARY KEY, name text);
 SELECT count(*) AS no_pairs FROM tributary_match('em.nobody', 'em.customer', '{name}');
 SELECT count(*) AS no_pairs FROM tributary_match('em.customer', 'em.nobody', '{name}');
+SELECT tributary_match_explain()->>'how' AS how, tributary_match_explain()->'rows' AS "rows";
 SELECT count(*) AS no_clusters FROM tributary_dedup('em.nobody', '{name}');
 
 -- Errors.
