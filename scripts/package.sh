@@ -371,4 +371,5 @@ else
   done
   [ -n "$src" ] && rm -rf "$src"
 fi
+rmdir "$OUT/build" 2>/dev/null || true
 log "done in $(( $(date +%s) - t_all )) s"
