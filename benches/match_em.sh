@@ -34,7 +34,8 @@ chmod -R a+rX "$ROOT" 2>/dev/null || true
 NAME=match-em
 cluster_destroy "$NAME"
 cluster_start "$NAME" "${PORT:-55495}"
-trap 'cluster_destroy "$NAME"' EXIT
+# the server log outlives the cluster (a crashed backend is diagnosed there)
+trap 'cp "/tmp/tributary-$NAME/server.log" /tmp/match_em_server.log 2>/dev/null; cluster_destroy "$NAME"' EXIT
 cluster_psql -c "CREATE DATABASE matchem"
 for D in $SETS; do
   .venv/bin/python benches/match_em.py "$D" --dsn "host=$PGHOST port=$PGPORT user=postgres dbname=matchem" --skip "$SKIP"
