@@ -163,7 +163,10 @@ def test_matching_after_update_from_0_9_0(env):
         c.execute(f"CREATE DATABASE {name}")
     try:
         with db(env, name) as c:
-            c.execute(f"CREATE EXTENSION tributary VERSION '{PREVIOUS}' CASCADE")
+            # Through the chain explicitly: a full tributary--0.9.0.sql that an older install left
+            # in the extension directory (a build with other functions) must not be used.
+            c.execute("CREATE EXTENSION tributary VERSION '0.1.0' CASCADE")
+            c.execute(f"ALTER EXTENSION tributary UPDATE TO '{PREVIOUS}'")
             c.execute("SET tributary.progress_interval = 0")
             c.execute("CREATE TABLE a (id int PRIMARY KEY, name text, city text, born text)")
             c.execute("CREATE TABLE b (id int PRIMARY KEY, name text, city text, born text)")
