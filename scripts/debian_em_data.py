@@ -41,6 +41,8 @@ import subprocess
 import sys
 from collections import Counter
 
+from debian_data import read_text  # the same lists, lz4/xz/gz or plain
+
 BOOKWORM_DIRS = ("/var/cache/tributary-data/aptl", "/var/lib/apt/lists")
 TRIXIE_DIRS = ("/var/cache/tributary/pg17-trixie/var/lib/apt/lists",)
 COLUMNS = ["title", "description", "maintainer", "section", "homepage"]
@@ -51,19 +53,6 @@ HOWTO = {
     "trixie": "run scripts/setup.sh, which makes the Debian 13 root /var/cache/tributary/pg17-trixie "
               "(its apt lists come with it)",
 }
-
-
-def _read(path: str) -> str:
-    if path.endswith(".lz4"):
-        return subprocess.run(["lz4", "-dc", path], check=True, capture_output=True).stdout.decode("utf-8", "replace")
-    if path.endswith(".xz"):
-        import lzma
-        return lzma.open(path, "rt", encoding="utf-8", errors="replace").read()
-    if path.endswith(".gz"):
-        import gzip
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace").read()
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
 
 
 def _stanzas(text: str, keep: set[str]):
@@ -116,11 +105,11 @@ def suite(name: str, dirs) -> tuple[dict, dict]:
     pk, tr, rel = _find(dirs, name)
     longs = {}
     if tr:
-        for s in _stanzas(_read(tr), {"Description-md5", "Description-en"}):
+        for s in _stanzas(read_text(tr), {"Description-md5", "Description-en"}):
             if "Description-md5" in s and "Description-en" in s:
                 longs[s["Description-md5"]] = _long(s["Description-en"])
     out = {}
-    for s in _stanzas(_read(pk), {"Package", "Description", "Description-md5", "Maintainer", "Section", "Homepage"}):
+    for s in _stanzas(read_text(pk), {"Package", "Description", "Description-md5", "Maintainer", "Section", "Homepage"}):
         p = s.get("Package")
         if not p or p in out:
             continue
