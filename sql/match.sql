@@ -25,9 +25,9 @@
 --    (deterministic, almost never a true pair).
 -- 5. Without labels, a match probability: a Fellegi-Sunter model (Fellegi and Sunter, "A theory
 --    for record linkage", JASA 64(328), 1969) of the candidates' evidence, each column's
---    similarity in one of five agreement levels, u (the share of non-matches at each level) read
---    off the unrelated pairs, m (the share of matches) estimated by EM (Winkler 1988; Splink),
---    and the prior estimated too: with one_to_one, each row's chance of having a partner, and a
+--    similarity in one of five agreement levels, u (the share of non-matches at each level) and
+--    m (the share of matches) estimated by EM over the candidates (Winkler 1988), u with the
+--    unrelated pairs' levels as its prior, and the prior of a match estimated too: with one_to_one, each row's chance of having a partner, and a
 --    pair's probability is its share of its row's evidence (two candidates of one row share one
 --    match; tributary._match_em); without, two rows' chance of matching. With labels: a logistic
 --    regression (tributary._logistic_fit, linfa-logistic) over each column's evidence and
@@ -538,8 +538,16 @@ BEGIN
     made := made || 'pg_temp.tributary_match_a'::regclass::oid;
     SELECT count(*), coalesce(avg(s.score), 1), coalesce(sum(s.score), 0) INTO n_acc, exp_prec, acc_sum
       FROM pg_temp.tributary_match_s s JOIN pg_temp.tributary_match_a a ON a.lk = s.lk AND a.rk = s.rk;
-    SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
-    exp_rec := CASE WHEN est > 0 THEN acc_sum / est ELSE 1 END;
+    -- The expected number of matches among the candidates; one to one, a row's candidates count
+    -- for at most one match (the EM's already do; a logistic regression's need not).
+    IF one_to_one THEN
+        SELECT least((SELECT coalesce(sum(least(1, t.s)), 0) FROM (SELECT sum(s.score) AS s FROM pg_temp.tributary_match_s s GROUP BY s.lk) t),
+                     (SELECT coalesce(sum(least(1, t.s)), 0) FROM (SELECT sum(s.score) AS s FROM pg_temp.tributary_match_s s GROUP BY s.rk) t))
+          INTO est;
+    ELSE
+        SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
+    END IF;
+    exp_rec := CASE WHEN est > 0 THEN least(1, acc_sum / est) ELSE 1 END;
 
     -- 7. What it learned and decided: for tributary_match_explain() and the NOTICE. Per column:
     -- how it was compared and, without labels, m and u over the agreement levels (with labels,

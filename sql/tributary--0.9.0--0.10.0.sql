@@ -524,8 +524,16 @@ BEGIN
     made := made || 'pg_temp.tributary_match_a'::regclass::oid;
     SELECT count(*), coalesce(avg(s.score), 1), coalesce(sum(s.score), 0) INTO n_acc, exp_prec, acc_sum
       FROM pg_temp.tributary_match_s s JOIN pg_temp.tributary_match_a a ON a.lk = s.lk AND a.rk = s.rk;
-    SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
-    exp_rec := CASE WHEN est > 0 THEN acc_sum / est ELSE 1 END;
+    -- The expected number of matches among the candidates; one to one, a row's candidates count
+    -- for at most one match (the EM's already do; a logistic regression's need not).
+    IF one_to_one THEN
+        SELECT least((SELECT coalesce(sum(least(1, t.s)), 0) FROM (SELECT sum(s.score) AS s FROM pg_temp.tributary_match_s s GROUP BY s.lk) t),
+                     (SELECT coalesce(sum(least(1, t.s)), 0) FROM (SELECT sum(s.score) AS s FROM pg_temp.tributary_match_s s GROUP BY s.rk) t))
+          INTO est;
+    ELSE
+        SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
+    END IF;
+    exp_rec := CASE WHEN est > 0 THEN least(1, acc_sum / est) ELSE 1 END;
 
     -- 7. What it learned and decided: for tributary_match_explain() and the NOTICE. Per column:
     -- how it was compared and, without labels, m and u over the agreement levels (with labels,
