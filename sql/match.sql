@@ -29,9 +29,9 @@
 --    m (the share of matches) estimated by EM over the candidates (Winkler 1988), u with the
 --    unrelated pairs' levels as its prior, and the prior of a match estimated too: with one_to_one, each row's chance of having a partner, and a
 --    pair's probability is its share of its row's evidence (two candidates of one row share one
---    match; tributary._match_em); without, two rows' chance of matching. With labels: a logistic
---    regression (tributary._logistic_fit, linfa-logistic) over each column's evidence and
---    whether it is present, learned from the labelled pairs; the score is its probability.
+--    match; tributary._match_em); without, two rows' chance of matching. With labels: the same
+--    model, the labelled pairs counted in m or u with their class in every round (Winkler's EM
+--    with some classes known), and a labelled candidate pair scored by its label.
 -- 6. The cut: `threshold` when given, else the lowest whose accepted pairs have a mean
 --    probability (the model's expected precision) of `min_precision` or more, else probability
 --    0.5. No cut is read off a histogram.
@@ -46,7 +46,7 @@
 
 ALTER FUNCTION _string_similarity(text, text) SET SCHEMA tributary;
 ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SET SCHEMA tributary;
-ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
+ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision[], boolean[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
 ALTER FUNCTION _match_cut(double precision[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_clusters(integer[], integer[], double precision[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_remember(jsonb) SET SCHEMA tributary;
@@ -132,7 +132,7 @@ $$;
 -- score, evidence)`: keys as the primary key's text (`id::text`, a composite key as its row
 -- literal `(a,b)`), score the probability of a match in [0, 1], evidence per column
 -- `{"similarity", "level", "weight"}` (level NULL: a value missing; weight: the column's term of
--- the log odds, ln(m / u) without labels). Every other candidate is an abstention.
+-- the log odds, ln(m / u)). Every other candidate is an abstention.
 -- `right_columns` NULL: the same names as `columns`; the two lists pair up by position.
 -- `left_table = right_table`: duplicates within one table, each unordered pair once (left_key <
 -- right_key), never a row with itself. `k`: candidates per row each way and the blocking limit
@@ -142,7 +142,7 @@ $$;
 -- Cost: rows x k candidate pairs; embedding only the phrase columns' distinct values.
 -- Errors: 22004 a NULL argument (but right_columns, threshold, labels, model, min_precision);
 -- 22023 no columns, lists of different lengths, k outside 1..1000, threshold outside [0, 1],
--- min_precision outside (0, 1], both threshold and min_precision, labels with a single class;
+-- min_precision outside (0, 1], both threshold and min_precision, labels naming no pair of rows;
 -- 42703 an unknown column (also of labels); 42P10 a table without a primary key. An empty table
 -- gives no rows.
 CREATE FUNCTION tributary_match(
@@ -183,7 +183,6 @@ DECLARE
     str bool[];
     thr float8;
     how text;
-    coef float8[];
     old_ef text := current_setting('hnsw.ef_search', true);
     old_iter text := current_setting('hnsw.iterative_scan', true);
     report boolean;
@@ -476,7 +475,11 @@ BEGIN
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
     made := made || 'pg_temp.tributary_match_s'::regclass::oid;
     SELECT count(*) INTO n_cand FROM pg_temp.tributary_match_c c WHERE c.kind = 'c';
-    IF labels IS NULL AND n_cand > 0 THEN
+    IF labels IS NOT NULL AND NOT EXISTS (SELECT FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) THEN
+        RAISE EXCEPTION 'no labelled pair of "%" names rows of both tables', labels USING ERRCODE = '22023',
+            HINT = 'left_key and right_key hold primary key values as text (id::text, a composite key as (a,b)).';
+    END IF;
+    IF n_cand > 0 THEN
         -- 5. The match probability without labels: the two-class model fitted by EM
         -- (tributary._match_em) to every candidate pair's evidence, the rows numbered in one
         -- space (a row of one table is one number however many pairs it is in).
@@ -494,29 +497,25 @@ BEGIN
                  WHERE c.kind = 'c') p,
                (SELECT array_agg(f.es ORDER BY f.lk, f.rk, f.i) AS x FROM pg_temp.tributary_match_f f WHERE f.kind = 'c') x,
                (SELECT coalesce(array_agg(f.es ORDER BY f.lk, f.rk, f.i), '{}') AS ux FROM pg_temp.tributary_match_f f WHERE f.kind = 'u') ux,
-               LATERAL tributary._match_em(p.a, p.b, x.x, ux.ux, n_left, n_right, self, one_to_one) em;
+               (SELECT coalesce(array_agg(f.es ORDER BY f.lk, f.rk, f.i), '{}') AS lx FROM pg_temp.tributary_match_f f WHERE f.kind IN ('m', 'n')) lx,
+               (SELECT coalesce(array_agg(c.kind = 'm' ORDER BY c.lk, c.rk), '{}') AS ly FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) ly,
+               LATERAL tributary._match_em(p.a, p.b, x.x, ux.ux, lx.lx, ly.ly, n_left, n_right, self, one_to_one) em;
         nlev := cardinality(fit_bounds) + 1;
         INSERT INTO pg_temp.tributary_match_s
         SELECT q.lk, q.rk, 'c', fit_p[q.o]
           FROM (SELECT c.lk, c.rk, row_number() OVER (ORDER BY c.lk, c.rk) AS o FROM pg_temp.tributary_match_c c WHERE c.kind = 'c') q;
-    ELSIF n_cand > 0 THEN
-        -- Features per pair: each column's evidence (0 when missing) and whether it is present.
-        SELECT tributary._logistic_fit(array_agg(x ORDER BY p.lk, p.rk, p.j), y.ys, 1.0)
-          INTO coef
-          FROM (SELECT f.lk, f.rk, f.i * 2 + g.j AS j, CASE g.j WHEN 0 THEN coalesce(f.es, 0) ELSE (f.es IS NOT NULL)::int END AS x
-                  FROM pg_temp.tributary_match_f f CROSS JOIN (VALUES (0), (1)) g(j) WHERE f.kind IN ('m', 'n')) p,
-               (SELECT array_agg(c.kind = 'm' ORDER BY c.lk, c.rk) AS ys FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) y
-         GROUP BY y.ys;
-        IF coef IS NULL THEN
-            RAISE EXCEPTION 'no labelled pair of "%" names rows of both tables', labels USING ERRCODE = '22023',
-                HINT = 'left_key and right_key hold primary key values as text (id::text, a composite key as (a,b)).';
+        -- A labelled pair among the candidates has its label's probability; one to one, a row
+        -- with a labelled partner has no other.
+        IF labels IS NOT NULL THEN
+            IF one_to_one THEN
+                UPDATE pg_temp.tributary_match_s s SET score = 0
+                 WHERE s.lk IN (SELECT c.lk FROM pg_temp.tributary_match_c c WHERE c.kind = 'm')
+                    OR s.rk IN (SELECT c.rk FROM pg_temp.tributary_match_c c WHERE c.kind = 'm');
+            END IF;
+            UPDATE pg_temp.tributary_match_s s SET score = (c.kind = 'm')::int
+              FROM pg_temp.tributary_match_c c
+             WHERE c.kind IN ('m', 'n') AND c.lk = s.lk AND c.rk = s.rk;
         END IF;
-        INSERT INTO pg_temp.tributary_match_s
-        SELECT f.lk, f.rk, f.kind,
-               1 / (1 + exp(-(coef[1] + sum(coef[f.i * 2] * coalesce(f.es, 0) + coef[f.i * 2 + 1] * (f.es IS NOT NULL)::int))))
-          FROM pg_temp.tributary_match_f f
-         WHERE f.kind = 'c'
-         GROUP BY f.lk, f.rk, f.kind;
     END IF;
 
     -- 6. The cut: given, or the lowest whose accepted pairs have a mean probability (the
@@ -561,8 +560,6 @@ BEGIN
                     'u', (SELECT jsonb_agg(fit_u[(c.i - 1) * nlev + l] ORDER BY l) FROM generate_series(1, nlev) l),
                     'agree_m', round((fit_m[(c.i - 1) * nlev + nlev - 1] + fit_m[(c.i - 1) * nlev + nlev])::numeric, 4),
                     'agree_u', round((fit_u[(c.i - 1) * nlev + nlev - 1] + fit_u[(c.i - 1) * nlev + nlev])::numeric, 4))
-                  WHEN coef IS NOT NULL THEN jsonb_build_object(
-                    'weight', round(coef[c.i * 2]::numeric, 4), 'present_weight', round(coef[c.i * 2 + 1]::numeric, 4))
                   ELSE '{}'::jsonb END
              ORDER BY c.i)
       INTO col_info
@@ -570,8 +567,9 @@ BEGIN
     explanation := jsonb_build_object(
         'left_table', left_table::text, 'right_table', right_table::text,
         'rows', jsonb_build_array(n_left, n_right), 'k', k, 'candidate_pairs', n_cand,
-        'model', CASE WHEN labels IS NOT NULL THEN 'logistic regression on the labelled pairs'
-                      ELSE 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END END,
+        'model', 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END
+                 || CASE WHEN labels IS NOT NULL THEN format(', with %s labelled pairs', (SELECT count(*) FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n'))) ELSE '' END,
+        'labelled_pairs', CASE WHEN labels IS NOT NULL THEN (SELECT count(*) FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n'))::int END,
         'levels', CASE WHEN fit_bounds IS NOT NULL THEN
                       (SELECT jsonb_agg(CASE WHEN l = 1 THEN '< ' || fit_bounds[1]
                                              WHEN l = nlev THEN '>= ' || fit_bounds[nlev - 1]
@@ -608,7 +606,7 @@ BEGIN
                                          WHEN fit_m IS NOT NULL THEN
                                              ln(fit_m[(f.i - 1) * nlev + width_bucket(f.es, fit_bounds) + 1]
                                                 / fit_u[(f.i - 1) * nlev + width_bucket(f.es, fit_bounds) + 1])
-                                         ELSE coef[f.i * 2] * f.es + coef[f.i * 2 + 1] END)::numeric, 3))
+                                         ELSE 0 END)::numeric, 3))
                    ORDER BY f.i) AS evidence
           FROM pg_temp.tributary_match_f f
           JOIN pg_temp.tributary_match_a a ON a.lk = f.lk AND a.rk = f.rk

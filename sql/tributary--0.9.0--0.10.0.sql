@@ -20,6 +20,8 @@ CREATE  FUNCTION "_match_em"(
 	"b" INT[], /* Vec < Option < i32 > > */
 	"x" double precision[], /* Vec < Option < f64 > > */
 	"ux" double precision[], /* Vec < Option < f64 > > */
+	"lx" double precision[], /* Vec < Option < f64 > > */
+	"ly" bool[], /* Vec < Option < bool > > */
 	"rows_left" double precision, /* f64 */
 	"rows_right" double precision, /* f64 */
 	"same_table" bool, /* bool */
@@ -68,7 +70,7 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'tributary_match_explain_wrapper';
 
-ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
+ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision[], boolean[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
 ALTER FUNCTION _match_cut(double precision[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_clusters(integer[], integer[], double precision[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_remember(jsonb) SET SCHEMA tributary;
@@ -169,7 +171,6 @@ DECLARE
     str bool[];
     thr float8;
     how text;
-    coef float8[];
     old_ef text := current_setting('hnsw.ef_search', true);
     old_iter text := current_setting('hnsw.iterative_scan', true);
     report boolean;
@@ -462,7 +463,11 @@ BEGIN
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
     made := made || 'pg_temp.tributary_match_s'::regclass::oid;
     SELECT count(*) INTO n_cand FROM pg_temp.tributary_match_c c WHERE c.kind = 'c';
-    IF labels IS NULL AND n_cand > 0 THEN
+    IF labels IS NOT NULL AND NOT EXISTS (SELECT FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) THEN
+        RAISE EXCEPTION 'no labelled pair of "%" names rows of both tables', labels USING ERRCODE = '22023',
+            HINT = 'left_key and right_key hold primary key values as text (id::text, a composite key as (a,b)).';
+    END IF;
+    IF n_cand > 0 THEN
         -- 5. The match probability without labels: the two-class model fitted by EM
         -- (tributary._match_em) to every candidate pair's evidence, the rows numbered in one
         -- space (a row of one table is one number however many pairs it is in).
@@ -480,29 +485,25 @@ BEGIN
                  WHERE c.kind = 'c') p,
                (SELECT array_agg(f.es ORDER BY f.lk, f.rk, f.i) AS x FROM pg_temp.tributary_match_f f WHERE f.kind = 'c') x,
                (SELECT coalesce(array_agg(f.es ORDER BY f.lk, f.rk, f.i), '{}') AS ux FROM pg_temp.tributary_match_f f WHERE f.kind = 'u') ux,
-               LATERAL tributary._match_em(p.a, p.b, x.x, ux.ux, n_left, n_right, self, one_to_one) em;
+               (SELECT coalesce(array_agg(f.es ORDER BY f.lk, f.rk, f.i), '{}') AS lx FROM pg_temp.tributary_match_f f WHERE f.kind IN ('m', 'n')) lx,
+               (SELECT coalesce(array_agg(c.kind = 'm' ORDER BY c.lk, c.rk), '{}') AS ly FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) ly,
+               LATERAL tributary._match_em(p.a, p.b, x.x, ux.ux, lx.lx, ly.ly, n_left, n_right, self, one_to_one) em;
         nlev := cardinality(fit_bounds) + 1;
         INSERT INTO pg_temp.tributary_match_s
         SELECT q.lk, q.rk, 'c', fit_p[q.o]
           FROM (SELECT c.lk, c.rk, row_number() OVER (ORDER BY c.lk, c.rk) AS o FROM pg_temp.tributary_match_c c WHERE c.kind = 'c') q;
-    ELSIF n_cand > 0 THEN
-        -- Features per pair: each column's evidence (0 when missing) and whether it is present.
-        SELECT tributary._logistic_fit(array_agg(x ORDER BY p.lk, p.rk, p.j), y.ys, 1.0)
-          INTO coef
-          FROM (SELECT f.lk, f.rk, f.i * 2 + g.j AS j, CASE g.j WHEN 0 THEN coalesce(f.es, 0) ELSE (f.es IS NOT NULL)::int END AS x
-                  FROM pg_temp.tributary_match_f f CROSS JOIN (VALUES (0), (1)) g(j) WHERE f.kind IN ('m', 'n')) p,
-               (SELECT array_agg(c.kind = 'm' ORDER BY c.lk, c.rk) AS ys FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) y
-         GROUP BY y.ys;
-        IF coef IS NULL THEN
-            RAISE EXCEPTION 'no labelled pair of "%" names rows of both tables', labels USING ERRCODE = '22023',
-                HINT = 'left_key and right_key hold primary key values as text (id::text, a composite key as (a,b)).';
+        -- A labelled pair among the candidates has its label's probability; one to one, a row
+        -- with a labelled partner has no other.
+        IF labels IS NOT NULL THEN
+            IF one_to_one THEN
+                UPDATE pg_temp.tributary_match_s s SET score = 0
+                 WHERE s.lk IN (SELECT c.lk FROM pg_temp.tributary_match_c c WHERE c.kind = 'm')
+                    OR s.rk IN (SELECT c.rk FROM pg_temp.tributary_match_c c WHERE c.kind = 'm');
+            END IF;
+            UPDATE pg_temp.tributary_match_s s SET score = (c.kind = 'm')::int
+              FROM pg_temp.tributary_match_c c
+             WHERE c.kind IN ('m', 'n') AND c.lk = s.lk AND c.rk = s.rk;
         END IF;
-        INSERT INTO pg_temp.tributary_match_s
-        SELECT f.lk, f.rk, f.kind,
-               1 / (1 + exp(-(coef[1] + sum(coef[f.i * 2] * coalesce(f.es, 0) + coef[f.i * 2 + 1] * (f.es IS NOT NULL)::int))))
-          FROM pg_temp.tributary_match_f f
-         WHERE f.kind = 'c'
-         GROUP BY f.lk, f.rk, f.kind;
     END IF;
 
     -- 6. The cut: given, or the lowest whose accepted pairs have a mean probability (the
@@ -547,8 +548,6 @@ BEGIN
                     'u', (SELECT jsonb_agg(fit_u[(c.i - 1) * nlev + l] ORDER BY l) FROM generate_series(1, nlev) l),
                     'agree_m', round((fit_m[(c.i - 1) * nlev + nlev - 1] + fit_m[(c.i - 1) * nlev + nlev])::numeric, 4),
                     'agree_u', round((fit_u[(c.i - 1) * nlev + nlev - 1] + fit_u[(c.i - 1) * nlev + nlev])::numeric, 4))
-                  WHEN coef IS NOT NULL THEN jsonb_build_object(
-                    'weight', round(coef[c.i * 2]::numeric, 4), 'present_weight', round(coef[c.i * 2 + 1]::numeric, 4))
                   ELSE '{}'::jsonb END
              ORDER BY c.i)
       INTO col_info
@@ -556,8 +555,9 @@ BEGIN
     explanation := jsonb_build_object(
         'left_table', left_table::text, 'right_table', right_table::text,
         'rows', jsonb_build_array(n_left, n_right), 'k', k, 'candidate_pairs', n_cand,
-        'model', CASE WHEN labels IS NOT NULL THEN 'logistic regression on the labelled pairs'
-                      ELSE 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END END,
+        'model', 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END
+                 || CASE WHEN labels IS NOT NULL THEN format(', with %s labelled pairs', (SELECT count(*) FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n'))) ELSE '' END,
+        'labelled_pairs', CASE WHEN labels IS NOT NULL THEN (SELECT count(*) FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n'))::int END,
         'levels', CASE WHEN fit_bounds IS NOT NULL THEN
                       (SELECT jsonb_agg(CASE WHEN l = 1 THEN '< ' || fit_bounds[1]
                                              WHEN l = nlev THEN '>= ' || fit_bounds[nlev - 1]
@@ -594,7 +594,7 @@ BEGIN
                                          WHEN fit_m IS NOT NULL THEN
                                              ln(fit_m[(f.i - 1) * nlev + width_bucket(f.es, fit_bounds) + 1]
                                                 / fit_u[(f.i - 1) * nlev + width_bucket(f.es, fit_bounds) + 1])
-                                         ELSE coef[f.i * 2] * f.es + coef[f.i * 2 + 1] END)::numeric, 3))
+                                         ELSE 0 END)::numeric, 3))
                    ORDER BY f.i) AS evidence
           FROM pg_temp.tributary_match_f f
           JOIN pg_temp.tributary_match_a a ON a.lk = f.lk AND a.rk = f.rk
@@ -682,7 +682,7 @@ END $$;
 COMMENT ON FUNCTION tributary_match(regclass, regclass, text[], text[], integer, double precision, boolean, regclass, text, double precision) IS 'The pairs of rows of two tables (or of one table with itself) that are the same thing: candidates from nearest neighbours and blocking, evidence per column, a match probability from a model fitted by EM (or learned from labels); returns the accepted pairs only, with their evidence.';
 COMMENT ON FUNCTION tributary_dedup(regclass, text[], integer, double precision, regclass, text, double precision) IS 'Groups of duplicate rows of a table: the pairs tributary_match accepts within it, joined by average linkage over their probabilities.';
 COMMENT ON FUNCTION tributary._match_pairs(regclass, regclass, text[], text[], integer, double precision, boolean, regclass, text, double precision, boolean) IS 'Internal (tributary_match, tributary_dedup): the candidate pairs, their probabilities, which are accepted and why.';
-COMMENT ON FUNCTION tributary._match_em(integer[], integer[], double precision[], double precision[], double precision, double precision, boolean, boolean) IS 'Internal (tributary_match): the Fellegi-Sunter model of the pairs'' evidence fitted by EM; each pair''s match probability.';
+COMMENT ON FUNCTION tributary._match_em(integer[], integer[], double precision[], double precision[], double precision[], boolean[], double precision, double precision, boolean, boolean) IS 'Internal (tributary_match): the Fellegi-Sunter model of the pairs'' evidence fitted by EM; each pair''s match probability.';
 COMMENT ON FUNCTION tributary._match_cut(double precision[], double precision) IS 'Internal (tributary_match): the lowest cut whose pairs have a mean probability of at least min_precision.';
 COMMENT ON FUNCTION tributary._match_clusters(integer[], integer[], double precision[], double precision) IS 'Internal (tributary_dedup): groups of rows from scored pairs by average linkage.';
 COMMENT ON FUNCTION tributary._match_remember(jsonb) IS 'Internal (tributary_match): keeps the last call''s explanation for tributary_match_explain().';

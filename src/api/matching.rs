@@ -72,19 +72,21 @@ fn _logistic_fit(x: Vec<Option<f64>>, y: Vec<Option<bool>>, alpha: f64) -> Vec<f
     std::iter::once(fit.intercept).chain(fit.weights).collect()
 }
 
-/// `tributary._match_em(a int[], b int[], x float8[], ux float8[], rows_left float8, rows_right
-/// float8, same_table bool, one_to_one bool)`: the two-class model of `tributary_match` without
-/// labels (`service/match_em.rs`: Fellegi-Sunter with `m` estimated by EM, `u` from unrelated
-/// pairs, and a prior that is either each row's chance of a partner, one to one, or the chance
-/// that two rows match). Pair `k` joins rows `a[k]` and `b[k]` (0-based: left rows
-/// `0..rows_left`, right rows after them; one table: one numbering, `same_table`); `x` is
-/// `[pairs, cols]` f64 similarities in `[0, 1]` row by row (NULL: missing), `ux` the same for
-/// unrelated pairs (`[upairs, cols]`), which give `u`. Returns one row: `p` (each pair's match
-/// probability, in the order of `a`), `prior` (two rows' chance of matching), `partnered` (the
-/// share of left and right rows with a partner), `m` and `u` (`[cols, levels]` flattened),
-/// `bounds` (the levels' lower bounds: `width_bucket(x, bounds)` is a similarity's level),
-/// `iterations`, `converged`. Errors: 22023 when the shapes do not add up or an index is
-/// negative or NULL.
+/// `tributary._match_em(a int[], b int[], x float8[], ux float8[], lx float8[], ly bool[],
+/// rows_left float8, rows_right float8, same_table bool, one_to_one bool)`: the two-class model
+/// of `tributary_match` (`service/match_em.rs`: Fellegi-Sunter with `m`, `u` and the prior
+/// estimated by EM over the candidates, the prior either each row's chance of a partner, one to
+/// one, or the chance that two candidates match). Pair `k` joins rows `a[k]` and `b[k]`
+/// (0-based: left rows `0..rows_left`, right rows after them; one table: one numbering,
+/// `same_table`); `x` is `[pairs, cols]` f64 similarities in `[0, 1]` row by row (NULL:
+/// missing), `ux` the same for unrelated pairs (`[upairs, cols]`, the prior of `u`), `lx` for
+/// labelled pairs (`[lpairs, cols]`, empty without labels) and `ly` their classes (true: a
+/// match), which count in `m` or `u` with their class. Returns one row: `p` (each pair's match
+/// probability, in the order of `a`), `prior` (two candidates' chance of matching), `partnered`
+/// (the share of left and right rows with a partner), `m` and `u` (`[cols, levels]`
+/// flattened), `bounds` (the levels' lower bounds: `width_bucket(x, bounds)` is a similarity's
+/// level), `iterations`, `converged`. Errors: 22023 when the shapes do not add up or an index
+/// or a class is negative or NULL.
 #[allow(clippy::too_many_arguments, clippy::type_complexity)] // a SQL signature, one row out
 #[pg_extern(immutable, parallel_safe, strict)]
 fn _match_em(
@@ -92,6 +94,8 @@ fn _match_em(
     b: Vec<Option<i32>>,
     x: Vec<Option<f64>>,
     ux: Vec<Option<f64>>,
+    lx: Vec<Option<f64>>,
+    ly: Vec<Option<bool>>,
     rows_left: f64,
     rows_right: f64,
     same_table: bool,
@@ -143,6 +147,24 @@ fn _match_em(
                 u0[i % cols][l as usize] += 1.0;
             }
         }
+        let ly: Vec<bool> = ly
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("a labelled pair's class is NULL".into()))?;
+        if lx.len() != ly.len() * cols {
+            return Err(bad(format!(
+                "{} labelled similarities for {} labelled pairs of {cols} columns",
+                lx.len(),
+                ly.len()
+            )));
+        }
+        let n_lab = ly.len();
+        let labelled = match_em::Evidence::new(vec![0; n_lab], vec![0; n_lab], cols, &lx);
+        let labelled = if n_lab == 0 {
+            None
+        } else {
+            Some(labelled.map_err(bad)?)
+        };
         let sides = match_em::Sides {
             left: rows_left,
             right: rows_right,
@@ -152,7 +174,16 @@ fn _match_em(
         let mut cancel = || {
             pgrx::check_for_interrupts!();
         };
-        Ok(match_em::fit(&e, &u0, sides, one_to_one, 500, &mut cancel))
+        let labelled = labelled.as_ref().map(|l| (l, ly.as_slice()));
+        Ok(match_em::fit(
+            &e,
+            &u0,
+            labelled,
+            sides,
+            one_to_one,
+            500,
+            &mut cancel,
+        ))
     })()
     .or_raise();
     let (model, p) = fit;

@@ -175,6 +175,9 @@ impl Sides {
 /// random pairs hide. `u_counts[j]`: column `j`'s level counts among random pairs of the two
 /// sides, the prior of `u` ([`U_PRIOR_PAIRS`] pseudo-pairs; `u` starts at every candidate's
 /// levels). `m` starts at mostly equal values (level shares 0.02, 0.03, 0.1, 0.25, 0.6).
+/// `labelled`: pairs whose class is known (`true` a match), with their levels; each counts in
+/// every M-step with its known class (in `m` or in `u`), as one pair, not in the prior (Winkler's
+/// EM with some pairs' classes fixed). Their own probabilities the caller sets.
 /// Measured (`bash benches/match_em.sh all`, BENCHMARKS.md): on the real set where 10% of the
 /// rows have a partner F1 0.620 -> 0.858 against `u` from random pairs, FEBRL and the set where
 /// every row has one within 0.004.
@@ -196,6 +199,7 @@ impl Sides {
 pub fn fit(
     e: &Evidence,
     u_counts: &[[f64; LEVELS]],
+    labelled: Option<(&Evidence, &[bool])>,
     sides: Sides,
     one_to_one: bool,
     max_iter: usize,
@@ -212,7 +216,7 @@ pub fn fit(
         })
         .collect();
     // `u` starts as every candidate's levels (matches are a small share of them).
-    let u = mstep_u(e, &vec![0.0; n], &u_random);
+    let u = mstep_u(e, &vec![0.0; n], &u_random, labelled);
     let start_m = vec![m0; cols];
     let sides = Sides {
         left: sides.left.max(1.0),
@@ -237,8 +241,8 @@ pub fn fit(
     for it in 1..=max_iter {
         each_round();
         estep(e, &model, sides, one_to_one, &mut p);
-        let m = mstep(e, &p, &start_m);
-        let u = mstep_u(e, &p, &u_random);
+        let m = mstep(e, &p, &start_m, labelled);
+        let u = mstep_u(e, &p, &u_random, labelled);
         let matches: f64 = p.iter().sum();
         let prior = (matches / candidates).clamp(1e-12, 0.5);
         let partnered = if sides.same_table {
@@ -323,16 +327,34 @@ fn estep(e: &Evidence, model: &FsModel, sides: Sides, one_to_one: bool, p: &mut 
     }
 }
 
-/// The M-step: `m` from the levels weighted by `p`, plus the prior's pseudo-pairs.
-fn mstep(e: &Evidence, p: &[f64], start_m: &[[f64; LEVELS]]) -> Vec<[f64; LEVELS]> {
+/// Adds each pair's levels to `counts`, pair `k` weighted by `w(k)`.
+fn count_levels(counts: &mut [[f64; LEVELS]], e: &Evidence, w: impl Fn(usize) -> f64) {
     let cols = e.cols;
-    let mut cm: Vec<[f64; LEVELS]> = start_m.iter().map(|d| d.map(|x| PSEUDO * x)).collect();
-    for (k, &pk) in p.iter().enumerate() {
-        for (c, &l) in cm.iter_mut().zip(&e.levels[k * cols..(k + 1) * cols]) {
+    for k in 0..e.pairs() {
+        let wk = w(k);
+        if wk == 0.0 {
+            continue;
+        }
+        for (c, &l) in counts.iter_mut().zip(&e.levels[k * cols..(k + 1) * cols]) {
             if l != MISSING {
-                c[l as usize] += pk;
+                c[l as usize] += wk;
             }
         }
+    }
+}
+
+/// The M-step: `m` from the levels weighted by `p`, plus the labelled matches and the prior's
+/// pseudo-pairs.
+fn mstep(
+    e: &Evidence,
+    p: &[f64],
+    start_m: &[[f64; LEVELS]],
+    labelled: Option<(&Evidence, &[bool])>,
+) -> Vec<[f64; LEVELS]> {
+    let mut cm: Vec<[f64; LEVELS]> = start_m.iter().map(|d| d.map(|x| PSEUDO * x)).collect();
+    count_levels(&mut cm, e, |k| p[k]);
+    if let Some((le, y)) = labelled {
+        count_levels(&mut cm, le, |k| f64::from(u8::from(y[k])));
     }
     cm.into_iter()
         .map(|c| {
@@ -342,20 +364,21 @@ fn mstep(e: &Evidence, p: &[f64], start_m: &[[f64; LEVELS]]) -> Vec<[f64; LEVELS
         .collect()
 }
 
-/// `u` among the candidates: the levels weighted by `1 - p`, plus [`U_PRIOR_PAIRS`] pseudo-pairs
-/// spread as among the unrelated pairs `u_random`.
-fn mstep_u(e: &Evidence, p: &[f64], u_random: &[[f64; LEVELS]]) -> Vec<[f64; LEVELS]> {
-    let cols = e.cols;
+/// `u` among the candidates: the levels weighted by `1 - p`, plus the labelled non-matches and
+/// [`U_PRIOR_PAIRS`] pseudo-pairs spread as among the unrelated pairs `u_random`.
+fn mstep_u(
+    e: &Evidence,
+    p: &[f64],
+    u_random: &[[f64; LEVELS]],
+    labelled: Option<(&Evidence, &[bool])>,
+) -> Vec<[f64; LEVELS]> {
     let mut cu: Vec<[f64; LEVELS]> = u_random
         .iter()
         .map(|d| d.map(|x| U_PRIOR_PAIRS * x))
         .collect();
-    for (k, &pk) in p.iter().enumerate() {
-        for (c, &l) in cu.iter_mut().zip(&e.levels[k * cols..(k + 1) * cols]) {
-            if l != MISSING {
-                c[l as usize] += 1.0 - pk;
-            }
-        }
+    count_levels(&mut cu, e, |k| 1.0 - p[k]);
+    if let Some((le, y)) = labelled {
+        count_levels(&mut cu, le, |k| f64::from(u8::from(!y[k])));
     }
     cu.into_iter()
         .map(|c| {
@@ -587,7 +610,7 @@ mod tests {
     #[test]
     fn em_finds_the_matches_when_every_row_has_a_partner() {
         let (e, truth) = synthetic(500, 500, 10, 4);
-        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200, &mut || ());
+        let (model, p) = fit(&e, &unrelated(4), None, sides(&e), true, 200, &mut || ());
         assert!(model.converged, "{model:?}");
         let f = f1(&p, &truth);
         assert!(f > 0.98, "f1 {f}");
@@ -602,13 +625,51 @@ mod tests {
     #[test]
     fn em_finds_the_matches_when_few_rows_have_one() {
         let (e, truth) = synthetic(600, 60, 10, 4);
-        let (model, p) = fit(&e, &unrelated(4), sides(&e), true, 200, &mut || ());
+        let (model, p) = fit(&e, &unrelated(4), None, sides(&e), true, 200, &mut || ());
         let f = f1(&p, &truth);
         assert!(f > 0.95, "f1 {f}, {model:?}");
         assert!(model.prior < 0.05, "{}", model.prior);
         let accepted: Vec<bool> = p.iter().map(|&x| x >= 0.5).collect();
         let (precision, recall) = expected_quality(&p, &accepted);
         assert!(precision > 0.9 && recall > 0.9, "{precision} {recall}");
+    }
+
+    #[test]
+    fn labelled_pairs_count_with_their_class() {
+        // 40 labelled matches that agree only nearly (level 3) on column 1: m of that level
+        // rises; 40 labelled non-matches equal on column 2 raise u of equality there.
+        let (e, _) = synthetic(300, 300, 5, 3);
+        let lab = Evidence {
+            a: vec![0; 80],
+            b: vec![0; 80],
+            cols: 3,
+            levels: (0..80)
+                .flat_map(|k| if k < 40 { [4u8, 3, 4] } else { [0u8, 0, 4] })
+                .collect(),
+        };
+        let y: Vec<bool> = (0..80).map(|k| k < 40).collect();
+        let (free, _) = fit(&e, &unrelated(3), None, sides(&e), true, 200, &mut || ());
+        let (fixed, _) = fit(
+            &e,
+            &unrelated(3),
+            Some((&lab, &y)),
+            sides(&e),
+            true,
+            200,
+            &mut || (),
+        );
+        assert!(
+            fixed.m[1][3] > free.m[1][3] + 0.05,
+            "{} {}",
+            fixed.m[1][3],
+            free.m[1][3]
+        );
+        assert!(
+            fixed.u[2][4] > free.u[2][4] + 0.01,
+            "{} {}",
+            fixed.u[2][4],
+            free.u[2][4]
+        );
     }
 
     #[test]
@@ -620,8 +681,8 @@ mod tests {
         e.a.extend([0, 0]);
         e.b.extend([1000, 1001]);
         e.levels.extend([4u8; 6]);
-        let (_, free) = fit(&e, &unrelated(3), sides(&e), false, 100, &mut || ());
-        let (_, tied) = fit(&e, &unrelated(3), sides(&e), true, 100, &mut || ());
+        let (_, free) = fit(&e, &unrelated(3), None, sides(&e), false, 100, &mut || ());
+        let (_, tied) = fit(&e, &unrelated(3), None, sides(&e), true, 100, &mut || ());
         assert!(free[base] > 0.9 && free[base + 1] > 0.9);
         assert!(tied[base] + tied[base + 1] + tied[0] <= 1.0 + 1e-9);
     }

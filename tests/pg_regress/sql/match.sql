@@ -85,7 +85,8 @@ SELECT left_key, right_key, left_key < right_key AS ordered
 -- Clusters: the accepted pairs joined by average linkage, numbered by their smallest key.
 SELECT cluster, key FROM tributary_dedup('em.person', '{name,born,email}') ORDER BY cluster, key::int;
 
--- Labels: the combination and threshold are learned (logistic regression) from labelled pairs.
+-- Labels: the labelled pairs count in m or u with their class in every EM round, and a labelled
+-- candidate pair is scored by its label.
 CREATE TABLE em.labels (left_key text, right_key text, is_match bool);
 INSERT INTO em.labels VALUES ('1', '(north,10)', true), ('2', '(north,11)', true), ('5', '(north,13)', true),
                              ('1', '(north,11)', false), ('4', '(east,16)', false), ('8', '(east,17)', false),
@@ -135,6 +136,7 @@ CREATE TABLE em.badlabels (left_key text, right_key text);
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', labels => 'em.badlabels');
 CREATE TABLE em.onesided (left_key text, right_key text, is_match bool);
 INSERT INTO em.onesided VALUES ('1', '(north,10)', true);
+-- Labels of one class are evidence too (no error): the labelled pair is a match.
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', labels => 'em.onesided');
 
 -- Ctrl-C and statement_timeout stop it (here while it embeds 3,000 rows); nothing is left behind.
