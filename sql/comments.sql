@@ -56,7 +56,6 @@ COMMENT ON FUNCTION tributary._embed_text(text, text, text) IS 'Internal (tribut
 COMMENT ON FUNCTION tributary._embed_column(regclass, text[], name, text, integer, text[], integer, integer, text[], timestamp with time zone, text, integer) IS 'Internal (tributary_match): tributary_embed_column under a name no other role can shadow.';
 COMMENT ON FUNCTION tributary._match_names_free(text) IS 'Internal (tributary_match, tributary_dedup): 42P07 when the session has a temporary table named as their work tables.';
 COMMENT ON FUNCTION tributary._string_similarity(text, text) IS 'Internal (tributary_match): similarity of two short values in [0, 1] (normalised Damerau-Levenshtein); NULL when either has no letter or digit.';
-COMMENT ON FUNCTION tributary._logistic_fit(double precision[], boolean[], double precision) IS 'Internal (tributary_match): logistic regression weights [intercept, w...] learned from labelled feature rows.';
 COMMENT ON FUNCTION tributary.label_kind(regclass, name, text) IS 'Internal (tributary_predict): whether a label column is a category or a number.';
 COMMENT ON FUNCTION tributary.embedding_type(regclass, name) IS 'Internal (tributary_predict): the vector type of an embedding column.';
 COMMENT ON FUNCTION tributary.row_key(regclass, text) IS 'Internal (tributary_predict): the jsonb key expression of a table''s rows (primary key, else the shards'' primary key for a table over postgres_fdw shards, else ctid).';

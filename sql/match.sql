@@ -45,7 +45,6 @@
 -- tributary_embed_column, so progress NOTICEs, Ctrl-C and statement_timeout work as there.
 
 ALTER FUNCTION _string_similarity(text, text) SET SCHEMA tributary;
-ALTER FUNCTION _logistic_fit(double precision[], boolean[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_em(integer[], integer[], double precision[], double precision[], double precision[], boolean[], double precision, double precision, boolean, boolean) SET SCHEMA tributary;
 ALTER FUNCTION _match_cut(double precision[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_clusters(integer[], integer[], double precision[], double precision) SET SCHEMA tributary;

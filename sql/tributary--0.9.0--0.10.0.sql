@@ -6,7 +6,8 @@
 -- learned; short columns are compared by string similarity without embedding and find
 -- candidates by blocking; tributary_dedup joins clusters by average linkage
 -- (tributary._match_clusters). The percentile-capped threshold and the weighted mean are gone
--- (tributary._match_score, tributary._match_auto_threshold, tributary._match_threshold).
+-- (tributary._match_score, tributary._match_auto_threshold, tributary._match_threshold); labels
+-- count in the same EM instead of a logistic regression (tributary._logistic_fit is gone).
 -- Generated from sql/match.sql.
 
 DROP FUNCTION tributary_match(regclass, regclass, text[], text[], integer, double precision, boolean, regclass, text);
@@ -14,6 +15,7 @@ DROP FUNCTION tributary_dedup(regclass, text[], integer, double precision, regcl
 DROP FUNCTION tributary._match_score();
 DROP FUNCTION tributary._match_auto_threshold(boolean);
 DROP FUNCTION tributary._match_threshold(double precision[], text);
+DROP FUNCTION tributary._logistic_fit(double precision[], boolean[], double precision);
 
 CREATE  FUNCTION "_match_em"(
 	"a" INT[], /* Vec < Option < i32 > > */

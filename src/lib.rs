@@ -68,7 +68,6 @@ pgrx::extension_sql_file!(
         "jobs",
         "predict",
         api::matching::_string_similarity,
-        api::matching::_logistic_fit,
         api::matching::_match_em,
         api::matching::_match_cut,
         api::matching::_match_clusters,

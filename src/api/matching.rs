@@ -36,12 +36,14 @@ fn _match_threshold(scores: Vec<Option<f64>>, method: &str) -> Option<f64> {
     }
 }
 
-/// `tributary._logistic_fit(x float8[], y bool[], alpha float8) → float8[]`: a logistic regression
-/// (`linfa-logistic`, L-BFGS with an L2 penalty `alpha`) of `y` on `x`, `x` being
-/// `[cardinality(y), d]` f64 flattened row by row; returns `[intercept, w_1 .. w_d]`, the
-/// weights of `P(y = true)`. Errors: 22023 when the shapes do not add up, `y` holds one class
-/// only, an element is NULL, or the solver fails.
-#[pg_extern(immutable, parallel_safe, strict)]
+/// 0.6.0-0.9.0's `tributary._logistic_fit(x float8[], y bool[], alpha float8) → float8[]`: a
+/// logistic regression (`linfa-logistic`, L-BFGS with an L2 penalty `alpha`) of `y` on `x`, `x`
+/// being `[cardinality(y), d]` f64 flattened row by row; returns `[intercept, w_1 .. w_d]`, the
+/// weights of `P(y = true)`. Kept as a C entry point for databases still at those versions (and
+/// the update scripts that create it); no SQL is generated for it (0.10.0 drops it: labels count
+/// in the EM). Errors: 22023 when the shapes do not add up, `y` holds one class only, an element
+/// is NULL, or the solver fails.
+#[pg_extern(sql = false, immutable, parallel_safe, strict)]
 fn _logistic_fit(x: Vec<Option<f64>>, y: Vec<Option<bool>>, alpha: f64) -> Vec<f64> {
     let bad = |message: String| TributaryError::InvalidArgument {
         message,
