@@ -673,6 +673,56 @@ mod tests {
     }
 
     #[test]
+    fn u_among_the_candidates_discounts_what_families_share() {
+        // 400 rows a side, 40 with a partner; each left row's 10 candidates are its "family":
+        // non-match candidates agree on column 0 (a maintainer team) 80% of the time, although
+        // unrelated pairs do 5%; columns 1 and 2 (a name, a birth date) tell matches (90%) from
+        // the rest (1%).
+        let mut s = 3u64;
+        let (mut a, mut b, mut x, mut truth) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..400 {
+            for c in 0..10 {
+                let is_match = c == 0 && i < 40;
+                let j = if is_match {
+                    i
+                } else {
+                    (i * 7 + c * 13 + 1) % 400
+                };
+                if !is_match && j == i && i < 40 {
+                    continue;
+                }
+                a.push(i);
+                b.push(400 + j);
+                truth.push(is_match);
+                let agree = |p: f64, s: &mut u64| if lcg(s) < p { 1.0 } else { 0.3 * lcg(s) };
+                x.push(Some(agree(if is_match { 0.9 } else { 0.8 }, &mut s)));
+                x.push(Some(agree(if is_match { 0.9 } else { 0.01 }, &mut s)));
+                x.push(Some(agree(if is_match { 0.9 } else { 0.01 }, &mut s)));
+            }
+        }
+        let e = Evidence::new(a, b, 3, &x).unwrap();
+        let u_random = vec![
+            [1900.0, 0.0, 0.0, 0.0, 100.0],
+            [1980.0, 0.0, 0.0, 0.0, 20.0],
+            [1980.0, 0.0, 0.0, 0.0, 20.0],
+        ];
+        let sides = Sides {
+            left: 400.0,
+            right: 400.0,
+            same_table: false,
+        };
+        let (model, p) = fit(&e, &u_random, None, sides, true, 300, &mut || ());
+        // Agreeing on the family's value weighs little among its candidates (random pairs
+        // would make it ln(0.9 / 0.05) = 2.9), and the matches are found.
+        assert!(model.weight(0, 4) < 0.5, "{}", model.weight(0, 4));
+        assert!(model.weight(1, 4) > 3.0, "{}", model.weight(1, 4));
+        // The matches that agree on both telling columns (81%) are found; one that disagrees on
+        // one of them, with one chance in ten of a partner among ten candidates, stays unsure.
+        let f = f1(&p, &truth);
+        assert!(f > 0.85, "f1 {f}");
+    }
+
+    #[test]
     fn one_to_one_shares_a_match_between_two_candidates() {
         // Left row 0 has two candidates with the same strong evidence: without the constraint
         // both look like matches, with it they share one.

@@ -228,3 +228,34 @@ def test_stored_embeddings_are_used_as_they_are(conn):
     # A vector on one side only is refused.
     with pytest.raises(psycopg.errors.DatatypeMismatch):
         conn.execute("SELECT * FROM tributary_match('tm.pub_a', 'tm.pub_b', '{te}', '{title}')")
+
+
+def test_labels_count_in_the_model_and_its_expected_recall(conn):
+    # Few rows with a partner (the registers): 6 labelled matches and 6 labelled non-matches
+    # (each partner's row paired with another's). The labels count in the same EM: the
+    # probabilities stay the model's, so the expected recall follows the true one, a labelled
+    # pair is scored by its label, and labels of one class are evidence too.
+    _, _, truth = people()
+    conn.execute("DROP TABLE IF EXISTS tm.reg_labels")
+    conn.execute("CREATE TABLE tm.reg_labels (left_key text, right_key text, is_match bool)")
+    ones = sorted(truth)[:6]
+    conn.cursor().executemany("INSERT INTO tm.reg_labels VALUES (%s, %s, true)", ones)
+    conn.cursor().executemany("INSERT INTO tm.reg_labels VALUES (%s, %s, false)",
+                              [(lk, str(int(rk) + 1)) for lk, rk in ones])
+    rows = conn.execute("SELECT left_key, right_key, score FROM tributary_match('tm.reg_a', 'tm.reg_b', "
+                        "'{name,town,born}', labels => 'tm.reg_labels')").fetchall()
+    pred = {(r[0], r[1]) for r in rows}
+    precision, recall = quality(pred, truth)
+    assert precision >= 0.9 and recall >= 0.8, (precision, recall)
+    scores = {(r[0], r[1]): r[2] for r in rows}
+    assert all(scores[p] == 1 for p in ones), [scores.get(p) for p in ones]
+    e = conn.execute("SELECT tributary_match_explain()").fetchone()[0]
+    assert e["labelled_pairs"] == 12 and "labelled" in e["model"], e["model"]
+    assert abs(e["expected_recall"] - recall) <= 0.15, (e["expected_recall"], recall)
+    assert abs(e["expected_precision"] - precision) <= 0.1, (e["expected_precision"], precision)
+    assert all("m" in c and "u" in c for c in e["columns"])
+    # Matches only: no error, and the labelled pairs are accepted.
+    conn.execute("DELETE FROM tm.reg_labels WHERE NOT is_match")
+    pred = pairs(conn, "SELECT left_key, right_key FROM tributary_match('tm.reg_a', 'tm.reg_b', "
+                       "'{name,town,born}', labels => 'tm.reg_labels')")
+    assert set(ones) <= pred, sorted(set(ones) - pred)
