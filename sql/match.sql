@@ -27,9 +27,10 @@
 --    for record linkage", JASA 64(328), 1969) of the candidates' evidence, each column's
 --    similarity in one of five agreement levels, u (the share of non-matches at each level) and
 --    m (the share of matches) estimated by EM over the candidates (Winkler 1988), u with the
---    unrelated pairs' levels as its prior, and the prior of a match estimated too: with one_to_one, each row's chance of having a partner, and a
---    pair's probability is its share of its row's evidence (two candidates of one row share one
---    match; tributary._match_em); without, two rows' chance of matching. With labels: the same
+--    unrelated pairs' levels as its prior, and the prior of a match estimated too: with
+--    one_to_one, each row's chance of having a partner, and a pair's probability is its share
+--    of its row's evidence (two candidates of one row share one match; tributary._match_em);
+--    without, two rows' chance of matching. With labels: the same
 --    model, the labelled pairs counted in m or u with their class in every round (Winkler's EM
 --    with some classes known), and a labelled candidate pair scored by its label.
 -- 6. The cut: `threshold` when given, else the lowest whose accepted pairs have a mean
@@ -202,6 +203,7 @@ DECLARE
     t_cand float8;
     n_cand bigint;
     n_acc bigint;
+    n_lab int;
     nlev int;
     fit_p float8[];
     fit_prior float8;
@@ -474,7 +476,8 @@ BEGIN
     CREATE TEMP TABLE tributary_match_s (lk text, rk text, kind "char", score float8) ON COMMIT DROP;
     made := made || 'pg_temp.tributary_match_s'::regclass::oid;
     SELECT count(*) INTO n_cand FROM pg_temp.tributary_match_c c WHERE c.kind = 'c';
-    IF labels IS NOT NULL AND NOT EXISTS (SELECT FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n')) THEN
+    SELECT count(*) INTO n_lab FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n');
+    IF labels IS NOT NULL AND n_lab = 0 THEN
         RAISE EXCEPTION 'no labelled pair of "%" names rows of both tables', labels USING ERRCODE = '22023',
             HINT = 'left_key and right_key hold primary key values as text (id::text, a composite key as (a,b)).';
     END IF;
@@ -536,20 +539,14 @@ BEGIN
     made := made || 'pg_temp.tributary_match_a'::regclass::oid;
     SELECT count(*), coalesce(avg(s.score), 1), coalesce(sum(s.score), 0) INTO n_acc, exp_prec, acc_sum
       FROM pg_temp.tributary_match_s s JOIN pg_temp.tributary_match_a a ON a.lk = s.lk AND a.rk = s.rk;
-    -- The expected number of matches among the candidates; one to one, a row's candidates count
-    -- for at most one match (the EM's already do; a logistic regression's need not).
-    IF one_to_one THEN
-        SELECT least((SELECT coalesce(sum(least(1, t.s)), 0) FROM (SELECT sum(s.score) AS s FROM pg_temp.tributary_match_s s GROUP BY s.lk) t),
-                     (SELECT coalesce(sum(least(1, t.s)), 0) FROM (SELECT sum(s.score) AS s FROM pg_temp.tributary_match_s s GROUP BY s.rk) t))
-          INTO est;
-    ELSE
-        SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
-    END IF;
-    exp_rec := CASE WHEN est > 0 THEN least(1, acc_sum / est) ELSE 1 END;
+    -- The expected number of matches among the candidates (one to one, a row's candidates'
+    -- probabilities add up to 1 at most: the EM's shares, and a labelled partner leaves the
+    -- others at 0).
+    SELECT coalesce(sum(s.score), 0) INTO est FROM pg_temp.tributary_match_s s;
+    exp_rec := CASE WHEN est > 0 THEN acc_sum / est ELSE 1 END;
 
     -- 7. What it learned and decided: for tributary_match_explain() and the NOTICE. Per column:
-    -- how it was compared and, without labels, m and u over the agreement levels (with labels,
-    -- the logistic regression's weight of the evidence and of its presence).
+    -- how it was compared and m and u over the agreement levels.
     SELECT jsonb_agg(jsonb_build_object(
                'column', columns[c.i], 'right_column', rcols[c.i],
                'compared_by', CASE WHEN emb[c.i] AND str[c.i] THEN 'embedding and string similarity'
@@ -567,8 +564,8 @@ BEGIN
         'left_table', left_table::text, 'right_table', right_table::text,
         'rows', jsonb_build_array(n_left, n_right), 'k', k, 'candidate_pairs', n_cand,
         'model', 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END
-                 || CASE WHEN labels IS NOT NULL THEN format(', with %s labelled pairs', (SELECT count(*) FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n'))) ELSE '' END,
-        'labelled_pairs', CASE WHEN labels IS NOT NULL THEN (SELECT count(*) FROM pg_temp.tributary_match_c c WHERE c.kind IN ('m', 'n'))::int END,
+                 || CASE WHEN labels IS NOT NULL THEN format(', with %s labelled pairs', n_lab) ELSE '' END,
+        'labelled_pairs', CASE WHEN labels IS NOT NULL THEN n_lab END,
         'levels', CASE WHEN fit_bounds IS NOT NULL THEN
                       (SELECT jsonb_agg(CASE WHEN l = 1 THEN '< ' || fit_bounds[1]
                                              WHEN l = nlev THEN '>= ' || fit_bounds[nlev - 1]
@@ -590,7 +587,7 @@ BEGIN
             n_left, n_right, n_cand, k, explanation->>'model', round(est::numeric, 1),
             coalesce(round(thr::numeric, 4)::text, 'none'), how, n_acc, round(exp_prec::numeric, 4), round(exp_rec::numeric, 4),
             coalesce((SELECT string_agg(format('%s %s / %s', e->>'column', e->>'agree_m', e->>'agree_u'), ', ')
-                        FROM jsonb_array_elements(col_info) e WHERE e ? 'agree_m'), 'n/a (labels)'),
+                        FROM jsonb_array_elements(col_info) e WHERE e ? 'agree_m'), 'none'),
             explanation->'seconds'->>'embedding', explanation->'seconds'->>'candidates', explanation->'seconds'->>'evidence_and_fit';
     END IF;
 

@@ -120,12 +120,7 @@ fn _match_em(
         hint: None,
     };
     let fit = (|| {
-        let idx = |v: Vec<Option<i32>>| {
-            v.into_iter()
-                .map(|i| i.and_then(|i| usize::try_from(i).ok()))
-                .collect::<Option<Vec<usize>>>()
-                .ok_or_else(|| bad("a row index is NULL or negative".into()))
-        };
+        let idx = |v| row_indices(v).ok_or_else(|| bad("a row index is NULL or negative".into()));
         let (a, b) = (idx(a)?, idx(b)?);
         if a.is_empty() || !x.len().is_multiple_of(a.len()) {
             return Err(bad(format!(
@@ -161,11 +156,10 @@ fn _match_em(
             )));
         }
         let n_lab = ly.len();
-        let labelled = match_em::Evidence::new(vec![0; n_lab], vec![0; n_lab], cols, &lx);
         let labelled = if n_lab == 0 {
             None
         } else {
-            Some(labelled.map_err(bad)?)
+            Some(match_em::Evidence::new(vec![0; n_lab], vec![0; n_lab], cols, &lx).map_err(bad)?)
         };
         let sides = match_em::Sides {
             left: rows_left,
@@ -202,6 +196,13 @@ fn _match_em(
     ))
 }
 
+/// Row indices from SQL (`int[]`, 0-based) as `usize`; `None` when one is NULL or negative.
+fn row_indices(v: Vec<Option<i32>>) -> Option<Vec<usize>> {
+    v.into_iter()
+        .map(|i| i.and_then(|i| usize::try_from(i).ok()))
+        .collect()
+}
+
 /// `tributary._match_cut(p float8[], min_precision float8) → float8`: the lowest cut whose
 /// pairs (`p >= cut`) have a mean probability (the model's expected precision) of at least
 /// `min_precision`; NULL when none has. NULL elements are left out.
@@ -229,12 +230,7 @@ fn _match_clusters(
         hint: None,
     };
     let parts = (|| {
-        let idx = |v: Vec<Option<i32>>| {
-            v.into_iter()
-                .map(|i| i.and_then(|i| usize::try_from(i).ok()))
-                .collect::<Option<Vec<usize>>>()
-                .ok_or_else(|| bad("a row index is NULL or negative"))
-        };
+        let idx = |v| row_indices(v).ok_or_else(|| bad("a row index is NULL or negative"));
         let (a, b) = (idx(a)?, idx(b)?);
         let p: Vec<f64> = p
             .into_iter()

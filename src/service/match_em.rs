@@ -156,17 +156,6 @@ pub struct Sides {
     pub same_table: bool,
 }
 
-impl Sides {
-    /// Pairs of rows: `left x right`, or `n (n - 1) / 2` in one table.
-    pub fn population(&self) -> f64 {
-        if self.same_table {
-            self.left * (self.left - 1.0) / 2.0
-        } else {
-            self.left * self.right
-        }
-    }
-}
-
 /// Fits the model by EM over the candidate pairs (Winkler 1988: `m`, `u` and the prior all
 /// estimated). `u` is the non-matches' level shares *among the candidates*, not among random
 /// pairs as in Splink (Linacre et al., IJPDS 7(3), 2022): the candidates are chosen because they
