@@ -115,7 +115,8 @@ $$;
 --                   referenced key of each link path (text[]); %SOURCE% and %CTID% are replaced
 --                   by the caller (the table; or one record)
 --   numbers, categories  the names of the typed features in rows_sql's arrays
---   parents         the names of the parent and two-hop paths, in the order of rows_sql's groups
+--   parents         the names of the parent, two- and three-hop paths, in the order of rows_sql's
+--                   groups
 --   links           [{name, ref, sql}]: sql gives (referenced key text, group text) pairs of one
 --                   link path, ref = the index into rows_sql's referenced keys
 --   as_of_sql       a statement that turns $1 (text) into the as_of float8, for split_at
@@ -125,8 +126,11 @@ $$;
 --                   history and columns, so that columns added later change nothing)
 -- Paths (README, "Models that learn"): a foreign key of tbl, named by its columns
 -- ("album_id": rows with the same parent); through the parent's own foreign keys ("album_id.artist_id":
--- rows whose parents share a grandparent); a link table referencing tbl and another table
--- ("film_person.person_id": rows linked to the same person). Typed columns: tbl's own numbers,
+-- rows whose parents share a grandparent); through the grandparent's ("track_id.album_id.artist_id":
+-- rows whose grandparents share a great-grandparent); a link table referencing tbl and another
+-- table ("film_person.person_id": rows linked to the same person); a link table referencing a
+-- parent and another table ("track_id.playlist_track.playlist_id": rows whose parents share a
+-- playlist). Typed columns: tbl's own numbers,
 -- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
 -- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
 -- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
@@ -144,6 +148,7 @@ DECLARE
     a record;
     fk record;
     fk2 record;
+    fk3 record;
     lk record;
     key_expr text := tributary.row_key(tbl, 't');
     as_of_expr text := 'CAST(NULL AS pg_catalog.float8)';
@@ -240,7 +245,7 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Parents: the group of each foreign key, each parent's numbers, and two hops.
+    -- Parents: the group of each foreign key, each parent's numbers, and two and three hops.
     FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
         pname := array_to_string(fk.cols, ',');
         found_paths := found_paths || pname;
@@ -307,6 +312,21 @@ BEGIN
                 group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ','));
                 used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ','));
             END IF;
+            -- Three hops: rows whose grandparents share a great-grandparent (a track's album's
+            -- artist: "track_id.album_id.artist_id").
+            FOR fk3 IN SELECT * FROM tributary._learn_fkeys(fk2.ref) LOOP
+                found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','), history) THEN
+                    groups := groups || format('(SELECT %s FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                        tributary._learn_key_text('g', fk3.cols), fk.ref, fk2.ref,
+                        (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                    used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                END IF;
+            END LOOP;
             -- The grandparent's text (a track's album title) joins the row's text too.
             ptx := '{}';
             FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
@@ -332,6 +352,36 @@ BEGIN
                     (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
                     (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
             END IF;
+        END LOOP;
+    END LOOP;
+
+    -- A parent's link tables: rows whose parents share a row of another table through a link
+    -- table (a track's playlists: "track_id.playlist_track.playlist_id").
+    FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
+        FOR lk IN SELECT c.conrelid::regclass AS child, l.cols, o.cols AS other_cols
+                    FROM pg_constraint c
+                    CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
+                    CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
+                   WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
+                     AND l.conname = c.conname AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
+                   ORDER BY c.conrelid::regclass::text, o.conname LOOP
+            pname := format('%s.%s.%s', array_to_string(fk.cols, ','), (SELECT relname FROM pg_class WHERE oid = lk.child),
+                            array_to_string(lk.other_cols, ','));
+            found_paths := found_paths || pname;
+            IF NOT tributary._learn_chosen(pname, history) THEN
+                CONTINUE;
+            END IF;
+            ridx := array_position(ref_cols_seen, array_to_string(fk.cols, ',') || '.');
+            IF ridx IS NULL THEN
+                refs := refs || tributary._learn_key_text('t', fk.cols);
+                ref_cols_seen := ref_cols_seen || (array_to_string(fk.cols, ',') || '.');
+                ridx := cardinality(refs);
+            END IF;
+            used_paths := used_paths || pname;
+            links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
+                'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
+                              tributary._learn_key_text('l', lk.other_cols), lk.child));
+            sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
         END LOOP;
     END LOOP;
 

@@ -74,15 +74,24 @@ END $$;
 REVOKE ALL ON FUNCTION tributary._predict_trigger() FROM PUBLIC;
 
 -- The tables whose rows a predictor over `tbl` reads besides tbl: the tables its foreign keys
--- reference, and the link tables (a foreign key to tbl and another foreign key), as
--- tributary._learn_spec finds them. Ordinary and partitioned tables only.
+-- reference and theirs, up to three hops (parents, grandparents, great-grandparents: their
+-- numbers, text and keys are features), and the link tables of tbl and of its parents (a
+-- foreign key to it and another foreign key), as tributary._learn_spec finds them. Ordinary and
+-- partitioned tables only.
 CREATE FUNCTION tributary._predict_related(tbl regclass) RETURNS SETOF regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE up(rel, depth) AS (
+        SELECT c.confrelid, 1 FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
+        UNION
+        SELECT c.confrelid, u.depth + 1 FROM up u JOIN pg_constraint c ON c.conrelid = u.rel AND c.contype = 'f'
+         WHERE u.depth < 3
+    )
     SELECT DISTINCT r.rel::regclass
-      FROM (SELECT c.confrelid AS rel FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
+      FROM (SELECT up.rel FROM up
             UNION
             SELECT c.conrelid FROM pg_constraint c
-             WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
+             WHERE c.contype = 'f' AND c.conrelid <> tbl
+               AND (c.confrelid = tbl OR c.confrelid IN (SELECT up.rel FROM up WHERE up.depth = 1))
                AND EXISTS (SELECT 1 FROM pg_constraint o WHERE o.conrelid = c.conrelid
                               AND o.contype = 'f' AND o.conname <> c.conname)) r
       JOIN pg_class k ON k.oid = r.rel

@@ -8,7 +8,10 @@
 -- (tributary._match_clusters). The percentile-capped threshold and the weighted mean are gone
 -- (tributary._match_score, tributary._match_auto_threshold, tributary._match_threshold); labels
 -- count in the same EM instead of a logistic regression (tributary._logistic_fit is gone).
--- Generated from sql/match.sql.
+-- Predictors (sql/learn.sql, sql/learn_jobs.sql): history paths of three hops
+-- ("track_id.album_id.artist_id") and through a parent's link tables
+-- ("track_id.playlist_track.playlist_id"); predict jobs wake on those tables too.
+-- Generated from sql/match.sql, sql/learn.sql and sql/learn_jobs.sql.
 
 DROP FUNCTION tributary_match(regclass, regclass, text[], text[], integer, double precision, boolean, regclass, text);
 DROP FUNCTION tributary_dedup(regclass, text[], integer, double precision, regclass, text);
@@ -686,3 +689,379 @@ COMMENT ON FUNCTION tributary._match_clusters(integer[], integer[], double preci
 COMMENT ON FUNCTION tributary._match_remember(jsonb) IS 'Internal (tributary_match): keeps the last call''s explanation for tributary_match_explain().';
 COMMENT ON FUNCTION tributary_match_explain() IS 'What this session''s last tributary_match or tributary_dedup learned and decided: per column m and u, estimated matches, the cut, expected precision and recall.';
 COMMENT ON FUNCTION tributary._match_stored(regclass, text[]) IS 'Internal (tributary_match): which matched columns are pgvector vector columns (stored embeddings, used as they are).';
+
+-- Predictors: three-hop paths and a parent's link tables (sql/learn.sql).
+-- The plan of a predictor over column `label` of `tbl`: what tributary_train and the
+-- prediction functions read, as jsonb (src/service/learn.rs reads it):
+--   kind            'category' or 'number' (tributary.label_kind)
+--   rows_sql        one row per row of the table: key (jsonb text), tableoid, ctid, as_of
+--                   (float8), label (text or float8), text, embedding (float4[]), numbers
+--                   (float8[]), categories (text[]), the group of each parent path (text[]), the
+--                   referenced key of each link path (text[]); %SOURCE% and %CTID% are replaced
+--                   by the caller (the table; or one record)
+--   numbers, categories  the names of the typed features in rows_sql's arrays
+--   parents         the names of the parent, two- and three-hop paths, in the order of rows_sql's
+--                   groups
+--   links           [{name, ref, sql}]: sql gives (referenced key text, group text) pairs of one
+--                   link path, ref = the index into rows_sql's referenced keys
+--   as_of_sql       a statement that turns $1 (text) into the as_of float8, for split_at
+--   signature       [[table, column, type], ...] of every column read
+--   paths, columns  every history path and feature column found (chosen or not)
+--   paths_used, columns_used  those chosen (what tributary_train stores as the predictor's
+--                   history and columns, so that columns added later change nothing)
+-- Paths (README, "Models that learn"): a foreign key of tbl, named by its columns
+-- ("album_id": rows with the same parent); through the parent's own foreign keys ("album_id.artist_id":
+-- rows whose parents share a grandparent); through the grandparent's ("track_id.album_id.artist_id":
+-- rows whose grandparents share a great-grandparent); a link table referencing tbl and another
+-- table ("film_person.person_id": rows linked to the same person); a link table referencing a
+-- parent and another table ("track_id.playlist_track.playlist_id": rows whose parents share a
+-- playlist). Typed columns: tbl's own numbers,
+-- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
+-- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
+-- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
+-- chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
+-- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
+-- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
+-- does not exist (DETAIL lists those found).
+CREATE OR REPLACE FUNCTION tributary._learn_spec(
+    tbl regclass, label name, embedding name, as_of name, history text[], columns text[])
+RETURNS jsonb LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    vec text := tributary._vector_schema();
+    kind text := tributary.label_kind(tbl, label, 'auto');
+    ty record;
+    a record;
+    fk record;
+    fk2 record;
+    fk3 record;
+    lk record;
+    key_expr text := tributary.row_key(tbl, 't');
+    as_of_expr text := 'CAST(NULL AS pg_catalog.float8)';
+    as_of_sql text;
+    texts text[] := '{}';
+    nums text[] := '{}';
+    num_names text[] := '{}';
+    cats text[] := '{}';
+    cat_names text[] := '{}';
+    groups text[] := '{}';
+    group_names text[] := '{}';
+    refs text[] := '{}';
+    ref_cols_seen text[] := '{}';
+    links jsonb := '[]';
+    found_paths text[] := '{}';
+    found_cols text[] := '{}';
+    used_cols text[] := '{}';
+    used_paths text[] := '{}';
+    sig jsonb := '[]';
+    key_cols name[];
+    pname text;
+    n bigint;
+    pn text[];
+    pnn text[];
+    ptx text[];
+    emb_expr text := 'CAST(NULL AS pg_catalog.float4[])';
+    ridx integer;
+BEGIN
+    -- Columns in a primary or foreign key: never typed features (an id is no quantity).
+    SELECT coalesce(array_agg(DISTINCT att.attname), '{}') INTO key_cols
+      FROM pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) k(n)
+      JOIN pg_attribute att ON att.attrelid = c.conrelid AND att.attnum = k.n
+     WHERE c.conrelid = tbl AND c.contype IN ('p', 'f', 'u');
+    sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, label, (tributary._learn_column_type(tbl, label)).sql_type));
+
+    IF as_of IS NOT NULL THEN
+        ty := tributary._learn_column_type(tbl, as_of);
+        IF ty.sql_type IS NULL THEN
+            RAISE EXCEPTION 'column "%" of relation "%" does not exist', as_of, tbl USING ERRCODE = '42703';
+        END IF;
+        as_of_expr := tributary._learn_number(format('t.%I', as_of), ty.category, ty.typname);
+        IF as_of_expr IS NULL OR ty.category = 'B' THEN
+            RAISE EXCEPTION 'as_of column "%" is of type %, not a number, date or timestamp', as_of, ty.sql_type
+                USING ERRCODE = '42804', HINT = 'as_of names the column that dates each row: an integer (a year), a date or a timestamp.';
+        END IF;
+        as_of_sql := format('SELECT %s FROM (SELECT CAST($1 AS %s) AS %I) t', as_of_expr, ty.sql_type, as_of);
+        sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, as_of, ty.sql_type));
+    END IF;
+
+    IF embedding IS NOT NULL THEN
+        PERFORM tributary.embedding_type(tbl, embedding);
+        emb_expr := format('CAST(CAST(t.%I AS %s.vector) AS pg_catalog.float4[])', embedding, vec);
+        sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, embedding, (tributary._learn_column_type(tbl, embedding)).sql_type));
+    END IF;
+
+    -- Own columns.
+    FOR a IN SELECT att.attname, t.typcategory, t.typname, format_type(att.atttypid, att.atttypmod) AS sql_type
+               FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+              WHERE att.attrelid = tbl AND att.attnum > 0 AND NOT att.attisdropped
+                AND att.attname NOT IN (label, coalesce(embedding, ''), coalesce(as_of, ''))
+                AND NOT att.attname = ANY (key_cols)
+                AND has_column_privilege(tbl, att.attnum, 'SELECT')
+              ORDER BY att.attnum LOOP
+        IF a.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector', 'json', 'jsonb') THEN
+            CONTINUE;
+        END IF;
+        -- Values in a sample of 10,000 rows (distinct, NULL not counted): an empty column (a
+        -- target made for the predictions, say) is no feature.
+        EXECUTE format('SELECT count(d.v) FROM (SELECT DISTINCT s.v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
+                       a.attname, tbl) INTO n;
+        IF n = 0 THEN
+            CONTINUE;
+        END IF;
+        IF tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname) IS NOT NULL THEN
+            found_cols := found_cols || a.attname::text;
+            IF tributary._learn_chosen(a.attname, columns) THEN
+                nums := nums || ('ARRAY[' || tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname) || ']');
+                num_names := num_names || a.attname::text;
+                used_cols := used_cols || a.attname::text;
+                sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
+            END IF;
+        ELSIF a.typcategory IN ('S', 'E') THEN
+            found_cols := found_cols || a.attname::text;
+            IF NOT tributary._learn_chosen(a.attname, columns) THEN
+                CONTINUE;
+            END IF;
+            texts := texts || format('CAST(t.%I AS pg_catalog.text)', a.attname);
+            used_cols := used_cols || a.attname::text;
+            sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
+            IF n <= 64 THEN
+                cats := cats || format('CAST(t.%I AS pg_catalog.text)', a.attname);
+                cat_names := cat_names || a.attname::text;
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- Parents: the group of each foreign key, each parent's numbers, and two and three hops.
+    FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
+        pname := array_to_string(fk.cols, ',');
+        found_paths := found_paths || pname;
+        IF tributary._learn_chosen(pname, history) THEN
+            groups := groups || tributary._learn_key_text('t', fk.cols);
+            group_names := group_names || pname;
+            used_paths := used_paths || pname;
+        END IF;
+        -- The parent's numbers, as one float8[] subquery per parent.
+        pn := '{}';
+        pnn := '{}';
+        ptx := '{}';
+        FOR a IN SELECT att.attname, t.typcategory, t.typname, format_type(att.atttypid, att.atttypmod) AS sql_type
+                   FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                  WHERE att.attrelid = fk.ref AND att.attnum > 0 AND NOT att.attisdropped
+                    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk.ref
+                                       AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
+                    AND has_column_privilege(fk.ref, att.attnum, 'SELECT')
+                  ORDER BY att.attnum LOOP
+            IF a.typcategory IN ('S', 'E') THEN
+                -- The parent's text (an album's title, a track's composer) joins the row's text.
+                found_cols := found_cols || (pname || '.' || a.attname);
+                IF tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('CAST(p.%I AS pg_catalog.text)', a.attname);
+                    used_cols := used_cols || (pname || '.' || a.attname);
+                    sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
+                END IF;
+                CONTINUE;
+            END IF;
+            IF tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname) IS NULL
+               OR a.typname IN ('vector', 'halfvec') THEN
+                CONTINUE;
+            END IF;
+            found_cols := found_cols || (pname || '.' || a.attname);
+            IF tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
+                pn := pn || tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname);
+                pnn := pnn || (pname || '.' || a.attname);
+                used_cols := used_cols || (pname || '.' || a.attname);
+                sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
+            END IF;
+        END LOOP;
+        IF cardinality(ptx) > 0 THEN
+            texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p WHERE (%s) = (%s))',
+                array_to_string(ptx, ', '), fk.ref,
+                (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+        END IF;
+        IF cardinality(pn) > 0 THEN
+            -- No parent row (a NULL foreign key): as many NULLs.
+            nums := nums || format('COALESCE((SELECT ARRAY[%s] FROM %s p WHERE (%s) = (%s)), pg_catalog.array_fill(CAST(NULL AS pg_catalog.float8), ARRAY[%s]))',
+                array_to_string(pn, ', '), fk.ref,
+                (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)),
+                cardinality(pn));
+            num_names := num_names || pnn;
+        END IF;
+        FOR fk2 IN SELECT * FROM tributary._learn_fkeys(fk.ref) LOOP
+            found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ','));
+            IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ','), history) THEN
+                groups := groups || format('(SELECT %s FROM %s p WHERE (%s) = (%s))',
+                    tributary._learn_key_text('p', fk2.cols), fk.ref,
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ','));
+                used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ','));
+            END IF;
+            -- Three hops: rows whose grandparents share a great-grandparent (a track's album's
+            -- artist: "track_id.album_id.artist_id").
+            FOR fk3 IN SELECT * FROM tributary._learn_fkeys(fk2.ref) LOOP
+                found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','), history) THEN
+                    groups := groups || format('(SELECT %s FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                        tributary._learn_key_text('g', fk3.cols), fk.ref, fk2.ref,
+                        (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                    used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                END IF;
+            END LOOP;
+            -- The grandparent's text (a track's album title) joins the row's text too.
+            ptx := '{}';
+            FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
+                       FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                      WHERE att.attrelid = fk2.ref AND att.attnum > 0 AND NOT att.attisdropped
+                        AND t.typcategory IN ('S', 'E')
+                        AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk2.ref
+                                           AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
+                        AND has_column_privilege(fk2.ref, att.attnum, 'SELECT')
+                      ORDER BY att.attnum LOOP
+                found_cols := found_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('CAST(g.%I AS pg_catalog.text)', a.attname);
+                    used_cols := used_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                    sig := sig || jsonb_build_array(jsonb_build_array(fk2.ref::text, a.attname, a.sql_type));
+                END IF;
+            END LOOP;
+            IF cardinality(ptx) > 0 THEN
+                texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                    array_to_string(ptx, ', '), fk.ref, fk2.ref,
+                    (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- A parent's link tables: rows whose parents share a row of another table through a link
+    -- table (a track's playlists: "track_id.playlist_track.playlist_id").
+    FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
+        FOR lk IN SELECT c.conrelid::regclass AS child, l.cols, o.cols AS other_cols
+                    FROM pg_constraint c
+                    CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
+                    CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
+                   WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
+                     AND l.conname = c.conname AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
+                   ORDER BY c.conrelid::regclass::text, o.conname LOOP
+            pname := format('%s.%s.%s', array_to_string(fk.cols, ','), (SELECT relname FROM pg_class WHERE oid = lk.child),
+                            array_to_string(lk.other_cols, ','));
+            found_paths := found_paths || pname;
+            IF NOT tributary._learn_chosen(pname, history) THEN
+                CONTINUE;
+            END IF;
+            ridx := array_position(ref_cols_seen, array_to_string(fk.cols, ',') || '.');
+            IF ridx IS NULL THEN
+                refs := refs || tributary._learn_key_text('t', fk.cols);
+                ref_cols_seen := ref_cols_seen || (array_to_string(fk.cols, ',') || '.');
+                ridx := cardinality(refs);
+            END IF;
+            used_paths := used_paths || pname;
+            links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
+                'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
+                              tributary._learn_key_text('l', lk.other_cols), lk.child));
+            sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
+        END LOOP;
+    END LOOP;
+
+    -- Link tables: a table with a foreign key to tbl and another foreign key.
+    FOR lk IN SELECT c.conrelid::regclass AS child, l.cols, l.ref_cols, o.cols AS other_cols, o.ref AS other
+                FROM pg_constraint c
+                CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
+                CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
+               WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
+                 AND l.conname = c.conname AND o.conname <> c.conname
+               ORDER BY c.conrelid::regclass::text, o.conname LOOP
+        pname := format('%s.%s', (SELECT relname FROM pg_class WHERE oid = lk.child), array_to_string(lk.other_cols, ','));
+        found_paths := found_paths || pname;
+        IF NOT tributary._learn_chosen(pname, history) THEN
+            CONTINUE;
+        END IF;
+        ridx := array_position(ref_cols_seen, array_to_string(lk.ref_cols, ','));
+        IF ridx IS NULL THEN
+            refs := refs || tributary._learn_key_text('t', lk.ref_cols);
+            ref_cols_seen := ref_cols_seen || array_to_string(lk.ref_cols, ',');
+            ridx := cardinality(refs);
+        END IF;
+        used_paths := used_paths || pname;
+        links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
+            'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
+                          tributary._learn_key_text('l', lk.other_cols), lk.child));
+        sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
+    END LOOP;
+
+    -- Names asked for that do not exist.
+    SELECT string_agg(quote_literal(h), ', ') INTO pname FROM unnest(history) h
+     WHERE ltrim(h, '-') <> ALL (found_paths);
+    IF pname IS NOT NULL THEN
+        RAISE EXCEPTION 'history path % of relation "%" does not exist', pname, tbl USING ERRCODE = '22023',
+            DETAIL = format('The paths found: %s.', coalesce(nullif(array_to_string(found_paths, ', '), ''), 'none')),
+            HINT = 'Paths are named by the foreign key columns they follow (see tributary_train''s documentation).';
+    END IF;
+    SELECT string_agg(quote_literal(h), ', ') INTO pname FROM unnest(columns) h
+     WHERE ltrim(h, '-') <> ALL (found_cols);
+    IF pname IS NOT NULL THEN
+        RAISE EXCEPTION 'feature column % of relation "%" does not exist', pname, tbl USING ERRCODE = '22023',
+            DETAIL = format('The typed columns found: %s.', coalesce(nullif(array_to_string(found_cols, ', '), ''), 'none')),
+            HINT = 'Columns of numbers, dates, booleans and categories of up to 64 values that the caller may read are features.';
+    END IF;
+
+    RETURN jsonb_build_object(
+        'kind', kind,
+        'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t',
+            key_expr, '%TABLEOID%', '%CTID%', as_of_expr,
+            CASE kind WHEN 'number' THEN format('CAST(t.%I AS pg_catalog.float8)', label)
+                      ELSE format('CAST(t.%I AS pg_catalog.text)', label) END,
+            CASE WHEN cardinality(texts) = 0 THEN 'CAST(NULL AS pg_catalog.text)'
+                 ELSE format('pg_catalog.concat_ws('' '', %s)', array_to_string(texts, ', ')) END,
+            emb_expr,
+            CASE WHEN cardinality(nums) = 0 THEN 'CAST(NULL AS pg_catalog.float8[])'
+                 ELSE format('CAST(%s AS pg_catalog.float8[])', array_to_string(nums, ' OPERATOR(pg_catalog.||) ')) END,
+            CASE WHEN cardinality(cats) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+                 ELSE format('ARRAY[%s]', array_to_string(cats, ', ')) END,
+            CASE WHEN cardinality(groups) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+                 ELSE format('ARRAY[%s]', array_to_string(groups, ', ')) END,
+            CASE WHEN cardinality(refs) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+                 ELSE format('ARRAY[%s]', array_to_string(refs, ', ')) END),
+        'numbers', to_jsonb(num_names),
+        'categories', to_jsonb(cat_names),
+        'parents', to_jsonb(group_names),
+        'links', links,
+        'as_of_sql', as_of_sql,
+        'signature', sig,
+        'paths', to_jsonb(found_paths),
+        'columns', to_jsonb(found_cols),
+        'columns_used', to_jsonb(used_cols),
+        'paths_used', to_jsonb(used_paths));
+END $$;
+
+-- The tables whose rows a predictor over `tbl` reads besides tbl: the tables its foreign keys
+-- reference and theirs, up to three hops (parents, grandparents, great-grandparents: their
+-- numbers, text and keys are features), and the link tables of tbl and of its parents (a
+-- foreign key to it and another foreign key), as tributary._learn_spec finds them. Ordinary and
+-- partitioned tables only.
+CREATE OR REPLACE FUNCTION tributary._predict_related(tbl regclass) RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE up(rel, depth) AS (
+        SELECT c.confrelid, 1 FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
+        UNION
+        SELECT c.confrelid, u.depth + 1 FROM up u JOIN pg_constraint c ON c.conrelid = u.rel AND c.contype = 'f'
+         WHERE u.depth < 3
+    )
+    SELECT DISTINCT r.rel::regclass
+      FROM (SELECT up.rel FROM up
+            UNION
+            SELECT c.conrelid FROM pg_constraint c
+             WHERE c.contype = 'f' AND c.conrelid <> tbl
+               AND (c.confrelid = tbl OR c.confrelid IN (SELECT up.rel FROM up WHERE up.depth = 1))
+               AND EXISTS (SELECT 1 FROM pg_constraint o WHERE o.conrelid = c.conrelid
+                              AND o.contype = 'f' AND o.conname <> c.conname)) r
+      JOIN pg_class k ON k.oid = r.rel
+     WHERE r.rel <> tbl AND k.relkind IN ('r', 'p')
+$$;

@@ -48,10 +48,12 @@ fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option
 /// and word-pair TF-IDF + multinomial logistic regression model of its text columns and the
 /// groups it is linked to (out of fold for training rows); the label shares and counts of the
 /// rows related to it through each history path (sql/learn.sql, `tributary._learn_spec`: a
-/// parent, a parent's parent, a link table); its typed columns and its parents' numbers. The head
-/// (`algorithm`): gradient-boosted trees ('gbdt'), multinomial logistic regression
-/// ('logistic'), or 'auto': the better of both on the latest 20% of the training rows by
-/// `as_of`, refitted on all of them (crates/learn).
+/// parent, a parent's parent and its parent, a link table of the row or of a parent); its typed
+/// columns and its parents' numbers. The head (`algorithm`): gradient-boosted trees ('gbdt'),
+/// multinomial logistic regression ('logistic'), or 'auto': the better of both on the latest 20%
+/// of the training rows by `as_of`, refitted on all of them (crates/learn). Each head is also
+/// scored without the k-NN votes, and they are left out when that scores at least as well on the
+/// same slice (an embedding whose neighbours do not share the label).
 ///
 /// `split_at` (a value of the `as_of` column's type, as text): rows with `as_of < split_at`
 /// train, the others are scored as a test and their labels enter no feature. The result: the

@@ -160,6 +160,50 @@ def test_as_of_counts_only_strictly_earlier_rows(env):
         assert hist[7] is None   # NULL as_of: no prediction
 
 
+def test_three_hop_and_parent_link_paths(env):
+    """A sale -> track -> album -> artist path (three hops) and a sale -> track -> playlist_track
+    -> playlist path (a parent's link table) are found, count only strictly earlier labelled
+    sales, carry the label when nothing shorter does, and their tables wake a predict job."""
+    with connect(env["dsn"]) as c:
+        c.execute("""
+            DROP TABLE IF EXISTS hs_sale, hs_playlist_track, hs_playlist, hs_track, hs_album, hs_artist CASCADE;
+            CREATE TABLE hs_artist (artist_id int PRIMARY KEY, name text);
+            CREATE TABLE hs_album (album_id int PRIMARY KEY, artist_id int REFERENCES hs_artist);
+            CREATE TABLE hs_track (track_id int PRIMARY KEY, album_id int REFERENCES hs_album);
+            CREATE TABLE hs_playlist (playlist_id int PRIMARY KEY);
+            CREATE TABLE hs_playlist_track (playlist_id int REFERENCES hs_playlist, track_id int REFERENCES hs_track,
+                                            PRIMARY KEY (playlist_id, track_id));
+            CREATE TABLE hs_sale (id int PRIMARY KEY, track_id int REFERENCES hs_track, day int, kind text);
+            INSERT INTO hs_artist SELECT a, 'artist ' || a FROM generate_series(1, 12) a;
+            -- Every album and every track is sold once: only the artist (three hops away) and the
+            -- playlist (the track's link table) repeat. An artist's kind is artist % 3.
+            INSERT INTO hs_album SELECT b, 1 + b % 12 FROM generate_series(1, 600) b;
+            INSERT INTO hs_track SELECT t, t FROM generate_series(1, 600) t;
+            INSERT INTO hs_playlist SELECT p FROM generate_series(0, 2) p;
+            INSERT INTO hs_playlist_track SELECT (1 + t % 12) % 3, t FROM generate_series(1, 600) t;
+            INSERT INTO hs_sale SELECT i, i, i / 6, chr(97 + (1 + i % 12) % 3) FROM generate_series(1, 600) i;
+        """)
+        spec = c.execute("SELECT tributary._learn_spec('hs_sale', 'kind', NULL, 'day', NULL, NULL) -> 'paths'").fetchone()[0]
+        assert "track_id.album_id.artist_id" in spec and "track_id.hs_playlist_track.playlist_id" in spec, spec
+        for path in ("track_id.album_id.artist_id", "track_id.hs_playlist_track.playlist_id"):
+            rows = by_method(train(c, "'hs_p'", "'hs_sale'", "'kind'", as_of="'day'", split_at="'80'",
+                                   history=f"'{{{path}}}'", algorithm="'logistic'"))
+            assert rows["predictor"][4] >= 0.95 and rows["baseline"][4] < 0.5, (path, rows)
+            train(c, "'hs_p'", "'hs_sale'", "'kind'", as_of="'day'", history=f"'{{{path}}}'", algorithm="'logistic'")
+            got = dict(c.execute(
+                "SELECT s.id, ((tributary_predict('hs_p', s)).evidence -> 'history' ->> %s)::float8 "
+                "FROM hs_sale s WHERE s.id IN (7, 300, 301, 599)", (path,)).fetchall())
+            # The same artist (and so the same playlist) every 12th sale; six sales a day: the
+            # strictly earlier ones are those of earlier days.
+            want = {i: c.execute("SELECT count(*) FROM hs_sale o WHERE o.day < (SELECT day FROM hs_sale WHERE id = %s) "
+                                 "AND (1 + o.id %% 12) %% 3 = (1 + %s %% 12) %% 3" if "playlist" in path else
+                                 "SELECT count(*) FROM hs_sale o WHERE o.day < (SELECT day FROM hs_sale WHERE id = %s) "
+                                 "AND o.id %% 12 = %s %% 12", (i, i)).fetchone()[0] for i in got}
+            assert {i: float(v or 0) for i, v in got.items()} == {i: float(v) for i, v in want.items()}, (path, got, want)
+        related = {r[0] for r in c.execute("SELECT tributary._predict_related('hs_sale')::text").fetchall()}
+        assert related == {"hs_track", "hs_album", "hs_artist", "hs_playlist_track"}, related
+
+
 def test_one_statement_predicts_as_separate_statements_do(env):
     """tributary_predict over many rows in one statement reads the table once and reuses it
     (api/learn.rs, TableCache): each row must get exactly what a statement of its own gives, and

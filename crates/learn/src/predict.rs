@@ -28,7 +28,7 @@ pub fn predict(
                 .map(|c| c.0.clone())
                 .collect::<Vec<_>>()
         || names_path != model.paths
-        || ds.embedding.is_some() != model.has_knn
+        || (model.has_knn && ds.embedding.is_none())
         || ds.text.is_some() != model.text.is_some()
         || matches!(ds.label, Labels::Category(_)) != model.classes.is_some()
     {

@@ -71,7 +71,7 @@ pub fn train(
             )
         })
         .collect();
-    let lay = Layout {
+    let mut lay = Layout {
         classes: classes.as_deref(),
         k,
         has_knn: ds.embedding.is_some(),
@@ -291,58 +291,119 @@ pub fn train(
     let params = gbdt::Params::default();
     let want_gbdt = opts.algorithm != Algorithm::Logistic;
     let want_lin = opts.algorithm != Algorithm::Gbdt;
-    // Fits on the early rows, scored on the validation rows.
-    let mut val_scores: Vec<(String, Vec<f32>)> = Vec::new();
-    let mut rounds = params.rounds.min(150);
+    // The same features without the k-NN votes (the first knn_w columns): a candidate too, for an
+    // embedding whose neighbours do not share the label only adds noise (chinook's invoice lines,
+    // whose embedded text is mostly the customer's: their k-NN alone scores below the majority).
+    let knn_w = lay.knn_w();
+    let x_plain: Option<Vec<f32>> = (knn_w > 0 && !valid.is_empty()).then(|| {
+        x.chunks_exact(nf)
+            .flat_map(|r| r[knn_w..].iter().copied())
+            .collect()
+    });
+    // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
+    // the GBDT's rounds).
+    let mut val_scores: Vec<(String, bool, Vec<f32>, usize)> = Vec::new();
     if !valid.is_empty() {
-        if want_gbdt {
-            let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                gbdt::Gbdt::fit(&x, nf, &gy(&hy), &early, &valid, params, threads, sh)
-                    .ok_or(Error::Cancelled("stopped".into()))
-            })?;
-            rounds = g.rounds.max(1);
-            let mut p = vec![0f32; valid.len() * kout];
-            for (i, &r) in valid.iter().enumerate() {
-                g.predict(&x[r * nf..(r + 1) * nf], &mut p[i * kout..(i + 1) * kout]);
+        for use_knn in [false, true] {
+            let (xv, nfv): (&[f32], usize) = match (&x_plain, use_knn) {
+                (_, true) => (&x, nf),
+                (Some(xp), false) => (xp, nf - knn_w),
+                (None, false) => continue,
+            };
+            let catv = &lay.cats;
+            if want_gbdt {
+                let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
+                    gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
+                        .ok_or(Error::Cancelled("stopped".into()))
+                })?;
+                let mut p = vec![0f32; valid.len() * kout];
+                for (i, &r) in valid.iter().enumerate() {
+                    g.predict(
+                        &xv[r * nfv..(r + 1) * nfv],
+                        &mut p[i * kout..(i + 1) * kout],
+                    );
+                }
+                val_scores.push(("gbdt".into(), use_knn, p, g.rounds.max(1)));
             }
-            val_scores.push(("gbdt".into(), p));
-        }
-        if want_lin {
-            let h = polled(ctl, "logistic validation", 15, |sh| {
-                fit_lin_head(&x, nf, &lay.cats, &hy, &early, sh)
-                    .ok_or(Error::Cancelled("stopped".into()))
-            })?;
-            let head = Head::Logistic(h);
-            let mut p = vec![0f32; valid.len() * kout];
-            for (i, &r) in valid.iter().enumerate() {
-                head_predict(
-                    &head,
-                    &x[r * nf..(r + 1) * nf],
-                    &mut p[i * kout..(i + 1) * kout],
-                );
+            if want_lin {
+                let h = polled(ctl, "logistic validation", 15, |sh| {
+                    fit_lin_head(xv, nfv, catv, &hy, &early, sh)
+                        .ok_or(Error::Cancelled("stopped".into()))
+                })?;
+                let head = Head::Logistic(h);
+                let mut p = vec![0f32; valid.len() * kout];
+                for (i, &r) in valid.iter().enumerate() {
+                    head_predict(
+                        &head,
+                        &xv[r * nfv..(r + 1) * nfv],
+                        &mut p[i * kout..(i + 1) * kout],
+                    );
+                }
+                val_scores.push(("logistic".into(), use_knn, p, 0));
             }
-            val_scores.push(("logistic".into(), p));
         }
     }
     let val_metrics: Vec<MetricRow> = val_scores
         .iter()
-        .map(|(a, p)| metric("predictor", a, "validation", &hy, &valid, p, kout))
+        .map(|(a, _, p, _)| metric("predictor", a, "validation", &hy, &valid, p, kout))
         .collect();
-    let pick = match opts.algorithm {
-        Algorithm::Gbdt => "gbdt",
-        Algorithm::Logistic => "logistic",
-        Algorithm::Auto => {
-            if val_metrics.len() == 2 {
-                let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
-                if better(&val_metrics[1]) > better(&val_metrics[0]) {
-                    "logistic"
-                } else {
-                    "gbdt"
-                }
-            } else {
+    // The pick: the best validation score (accuracy, or -MAE) among the candidates the algorithm
+    // allows; ties go to the earlier one: without the k-NN votes (fewer features), the GBDT first.
+    let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
+    let mut best: Option<usize> = None;
+    for (i, m) in val_metrics.iter().enumerate() {
+        if best.is_none_or(|b| better(m) > better(&val_metrics[b])) {
+            best = Some(i);
+        }
+    }
+    let (pick, use_knn, rounds) = match best {
+        Some(b) => (
+            if val_scores[b].0 == "gbdt" {
                 "gbdt"
+            } else {
+                "logistic"
+            },
+            val_scores[b].1,
+            val_scores
+                .iter()
+                .find(|v| v.0 == "gbdt" && v.1 == val_scores[b].1)
+                .map_or(params.rounds.min(150), |v| v.3),
+        ),
+        None => (
+            if want_gbdt { "gbdt" } else { "logistic" },
+            true,
+            params.rounds.min(150),
+        ),
+    };
+    // The report's validation rows: the candidates with the picked features.
+    let (val_scores, val_metrics): (Vec<_>, Vec<_>) = val_scores
+        .into_iter()
+        .zip(val_metrics)
+        .filter(|(v, _)| v.1 == use_knn)
+        .map(|(v, m)| ((v.0, v.2), m))
+        .unzip();
+    // k-NN alone, for the report (before its columns may go).
+    let knn_rows: &[usize] = if test_pos.is_empty() {
+        &valid
+    } else {
+        &test_pos
+    };
+    let knn_scores: Option<Vec<f32>> = lay.has_knn.then(|| {
+        let mut p = vec![0f32; knn_rows.len() * kout];
+        for (i, &r) in knn_rows.iter().enumerate() {
+            let v = &x[r * nf..r * nf + kout];
+            for (j, &vv) in v.iter().enumerate() {
+                p[i * kout + j] = if vv.is_nan() { -1.0 } else { vv };
             }
         }
+        p
+    });
+    let (x, nf) = match x_plain {
+        Some(xp) if !use_knn => {
+            lay.has_knn = false;
+            (xp, nf - knn_w)
+        }
+        _ => (x, nf),
     };
     let (head, importance) = if pick == "gbdt" {
         let p = gbdt::Params { rounds, ..params };
@@ -385,15 +446,8 @@ pub fn train(
         if let Some(p) = predictor_scores {
             report.push(metric("predictor", pick, split, &hy, &rows, &p, kout));
         }
-        if lay.has_knn {
-            let mut p = vec![0f32; rows.len() * kout];
-            for (i, &r) in rows.iter().enumerate() {
-                let v = &x[r * nf..r * nf + kout];
-                for (j, &vv) in v.iter().enumerate() {
-                    p[i * kout + j] = if vv.is_nan() { -1.0 } else { vv };
-                }
-            }
-            report.push(metric("knn", "knn", split, &hy, &rows, &p, kout));
+        if let Some(p) = &knn_scores {
+            report.push(metric("knn", "knn", split, &hy, &rows, p, kout));
         }
         let mut p = vec![0f32; rows.len() * kout];
         let algo = match &hy {
