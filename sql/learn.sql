@@ -315,6 +315,11 @@ BEGIN
             -- Three hops: rows whose grandparents share a great-grandparent (a track's album's
             -- artist: "track_id.album_id.artist_id").
             FOR fk3 IN SELECT * FROM tributary._learn_fkeys(fk2.ref) LOOP
+                -- Only a path the caller may read (the grandparent's key and foreign key columns).
+                IF EXISTS (SELECT 1 FROM unnest(fk2.ref_cols || fk3.cols) c
+                            WHERE NOT has_column_privilege(fk2.ref, c, 'SELECT')) THEN
+                    CONTINUE;
+                END IF;
                 found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
                 IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','), history) THEN
                     groups := groups || format('(SELECT %s FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
@@ -364,6 +369,9 @@ BEGIN
                     CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                    WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
                      AND l.conname = c.conname AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
+                     -- Only a link table the caller may read (both foreign keys' columns).
+                     AND NOT EXISTS (SELECT 1 FROM unnest(l.cols || o.cols) k
+                                      WHERE NOT has_column_privilege(c.conrelid, k, 'SELECT'))
                    ORDER BY c.conrelid::regclass::text, o.conname LOOP
             pname := format('%s.%s.%s', array_to_string(fk.cols, ','), (SELECT relname FROM pg_class WHERE oid = lk.child),
                             array_to_string(lk.other_cols, ','));

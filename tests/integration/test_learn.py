@@ -202,6 +202,18 @@ def test_three_hop_and_parent_link_paths(env):
             assert {i: float(v or 0) for i, v in got.items()} == {i: float(v) for i, v in want.items()}, (path, got, want)
         related = {r[0] for r in c.execute("SELECT tributary._predict_related('hs_sale')::text").fetchall()}
         assert related == {"hs_track", "hs_album", "hs_artist", "hs_playlist_track"}, related
+        # A role that may not read the artist key nor the link table: neither path is found, and
+        # training with every path found works (no 42501 from a table it was never asked to read).
+        c.execute("GRANT SELECT ON hs_sale, hs_track TO learn_bob")
+        c.execute("GRANT SELECT (album_id) ON hs_album TO learn_bob")
+        c.execute("SET ROLE learn_bob")
+        try:
+            spec = c.execute("SELECT tributary._learn_spec('hs_sale', 'kind', NULL, 'day', NULL, NULL) -> 'paths'").fetchone()[0]
+            assert spec == ["track_id", "track_id.album_id"], spec
+            assert by_method(train(c, "'hs_bob'", "'hs_sale'", "'kind'", as_of="'day'", split_at="'80'"))["predictor"]
+            c.execute("SELECT tributary_drop_predictor('hs_bob')")
+        finally:
+            c.execute("RESET ROLE")
 
 
 def test_one_statement_predicts_as_separate_statements_do(env):
