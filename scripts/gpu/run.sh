@@ -34,6 +34,7 @@
 # export: /opt/torch/.venv/bin/python when present, else .venv/bin/python), CUDA_LIBRARY_PATH
 # (default: what scripts/gpu/find_cuda.sh finds), OUT (default /tmp/tributary-gpu-out);
 # for `pg`: GPU_CHECK_PG_ROWS (rows for the $PROVIDER runs, 16384), GPU_CHECK_PG_CPU_ROWS (4096),
+# GPU_CHECK_PG_FP16_ROWS (the fp16-graph run, 1024: about 25 s on an H200),
 # GPU_CHECK_PG_BATCH (batch_size, 1024), GPU_CHECK_PG_SET (SQL before each timed run, e.g.
 # "SET tributary.max_batch_tokens = 65536;"), GPU_CHECK_PG_DIR (/tmp/tributary-gpu-pg),
 # GPU_CHECK_PG_LIBS (`missing`: only the bundled libraries whose soname ldconfig does not know go
@@ -64,6 +65,7 @@ PGDIR=${GPU_CHECK_PG_DIR:-/tmp/tributary-gpu-pg}
 PGROOT=$PGDIR/root
 PG_ROWS=${GPU_CHECK_PG_ROWS:-16384}
 PG_CPU_ROWS=${GPU_CHECK_PG_CPU_ROWS:-4096}
+PG_FP16_ROWS=${GPU_CHECK_PG_FP16_ROWS:-1024}
 PG_BATCH=${GPU_CHECK_PG_BATCH:-1024}
 PG_LIBS=${GPU_CHECK_PG_LIBS:-missing}
 PG_SET=${GPU_CHECK_PG_SET:-}   # extra SQL run before each timed run, e.g. "SET tributary.max_batch_tokens = 65536;"
@@ -435,6 +437,8 @@ pg() {
   pg_embed "$PROVIDER vector" "$PROVIDER" vector "$PG_ROWS"
   pg_embed "$PROVIDER halfvec" "$PROVIDER" halfvec "$PG_ROWS"
   pg_embed "cpu baseline vector" cpu vector "$PG_CPU_ROWS"
+  # the fp16 graph (off by default: each new input shape cost it 100-600 ms on an H200), few rows
+  pg_embed "$PROVIDER vector fp16" "$PROVIDER" vector "$PG_FP16_ROWS" "SET tributary.gpu_fp16 = on;"
   # the engine sweeps' default budget (16384 padded tokens per ORT run) vs the extension's 2048
   pg_embed "$PROVIDER vector max_batch_tokens 16384" "$PROVIDER" vector "$PG_ROWS" "SET tributary.max_batch_tokens = 16384;"
   # the GPU's vectors against the CPU provider's, row by row (the same 0.999 as `check`)
@@ -452,7 +456,7 @@ pg() {
     END { exit bad }' || FAILED=1
   grep '^cosine' "$RESULTS/$PHASE.md" | tail -n 2
   say ""; say "tributary.sessions of each run (model_file under the relocated share dir):"; say '```'
-  grep '^SESSION|' "$RESULTS/pg.log" | cut -d'|' -f2- | tail -n 4 | tee -a "$RESULTS/$PHASE.md"
+  grep '^SESSION|' "$RESULTS/pg.log" | cut -d'|' -f2- | tail -n 5 | tee -a "$RESULTS/$PHASE.md"
   say '```'
   pg_down
 }

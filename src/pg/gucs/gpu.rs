@@ -57,7 +57,7 @@ pub(super) fn init() {
     GucRegistry::define_bool_guc(
         c"tributary.gpu_fp16",
         c"On a GPU, run a model's fp16 graph when its directory has one.",
-        c"The fp16 graph returns f16 embeddings, written to halfvec columns without conversion.",
+        c"The fp16 graph returns f16 embeddings, written to halfvec columns without conversion. Off by default: with ONNX Runtime 1.31 each new input shape costs it 100-600 ms on CUDA, where the fp32 graph ran 150 times faster on real texts.",
         &GPU_FP16,
         GucContext::Userset,
         GucFlags::default(),
@@ -110,7 +110,12 @@ static CUDA_LIBRARY_PATH: GucSetting<Option<CString>> = GucSetting::<Option<CStr
 
 static IO_BINDING: GucSetting<bool> = GucSetting::<bool>::new(true);
 
-static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Off by default: on one H200 (onnxruntime-gpu 1.31.1, CUDA 13) the fp16 graph of
+/// all-MiniLM-L6-v2 ran 70 rows/s through `tributary_embed_column` on 16,384 real texts, where
+/// the fp32 graph ran 10,778 rows/s (the CPU provider on its 16 cores: 356). Each ORT run of a
+/// new input shape costs the fp16 graph 100-600 ms; fixed shapes run fast in both (BENCHMARKS.md,
+/// "GPU: fp32 by default"; benches/results/gpu-h200-2026-11-27b/).
+static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// Backends that may hold a GPU session at once, cluster-wide; -1 = no cap.
 static MAX_GPU_SESSIONS: GucSetting<i32> = GucSetting::<i32>::new(4);
