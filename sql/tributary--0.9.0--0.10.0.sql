@@ -723,6 +723,14 @@ COMMENT ON FUNCTION tributary._match_stored(regclass, text[]) IS 'Internal (trib
 -- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
 -- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
 -- does not exist (DETAIL lists those found).
+-- Whether the caller may read every one of `cols` of `rel` (a path or join is used only then:
+-- training reads what it finds with the caller's rights, and an unreadable column is a 42501).
+CREATE FUNCTION tributary._learn_readable(rel regclass, cols name[])
+RETURNS boolean LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(cols) c
+                        WHERE NOT pg_catalog.has_column_privilege(rel, c, 'SELECT'))
+$$;
+
 CREATE OR REPLACE FUNCTION tributary._learn_spec(
     tbl regclass, label name, embedding name, as_of name, history text[], columns text[])
 RETURNS jsonb LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -830,14 +838,21 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Parents: the group of each foreign key, each parent's numbers, and two and three hops.
+    -- Parents: the group of each foreign key, each parent's numbers, and two and three hops;
+    -- each only where the caller may read the columns it joins on.
     FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
+        IF NOT tributary._learn_readable(tbl, fk.cols) THEN
+            CONTINUE;
+        END IF;
         pname := array_to_string(fk.cols, ',');
         found_paths := found_paths || pname;
         IF tributary._learn_chosen(pname, history) THEN
             groups := groups || tributary._learn_key_text('t', fk.cols);
             group_names := group_names || pname;
             used_paths := used_paths || pname;
+        END IF;
+        IF NOT tributary._learn_readable(fk.ref, fk.ref_cols) THEN
+            CONTINUE;
         END IF;
         -- The parent's numbers, as one float8[] subquery per parent.
         pn := '{}';
@@ -888,6 +903,9 @@ BEGIN
             num_names := num_names || pnn;
         END IF;
         FOR fk2 IN SELECT * FROM tributary._learn_fkeys(fk.ref) LOOP
+            IF NOT tributary._learn_readable(fk.ref, fk2.cols) THEN
+                CONTINUE;
+            END IF;
             found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ','));
             IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ','), history) THEN
                 groups := groups || format('(SELECT %s FROM %s p WHERE (%s) = (%s))',
@@ -901,8 +919,7 @@ BEGIN
             -- artist: "track_id.album_id.artist_id").
             FOR fk3 IN SELECT * FROM tributary._learn_fkeys(fk2.ref) LOOP
                 -- Only a path the caller may read (the grandparent's key and foreign key columns).
-                IF EXISTS (SELECT 1 FROM unnest(fk2.ref_cols || fk3.cols) c
-                            WHERE NOT has_column_privilege(fk2.ref, c, 'SELECT')) THEN
+                IF NOT tributary._learn_readable(fk2.ref, fk2.ref_cols || fk3.cols) THEN
                     CONTINUE;
                 END IF;
                 found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
@@ -922,6 +939,7 @@ BEGIN
             FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
                        FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
                       WHERE att.attrelid = fk2.ref AND att.attnum > 0 AND NOT att.attisdropped
+                        AND tributary._learn_readable(fk2.ref, fk2.ref_cols)
                         AND t.typcategory IN ('S', 'E')
                         AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk2.ref
                                            AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
@@ -954,9 +972,10 @@ BEGIN
                     CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                    WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
                      AND l.conname = c.conname AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
-                     -- Only a link table the caller may read (both foreign keys' columns).
-                     AND NOT EXISTS (SELECT 1 FROM unnest(l.cols || o.cols) k
-                                      WHERE NOT has_column_privilege(c.conrelid, k, 'SELECT'))
+                     -- Only a link table the caller may read (both foreign keys' columns), from a
+                     -- foreign key of the table it may read.
+                     AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
+                     AND tributary._learn_readable(tbl, fk.cols)
                    ORDER BY c.conrelid::regclass::text, o.conname LOOP
             pname := format('%s.%s.%s', array_to_string(fk.cols, ','), (SELECT relname FROM pg_class WHERE oid = lk.child),
                             array_to_string(lk.other_cols, ','));
@@ -985,6 +1004,9 @@ BEGIN
                 CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
                  AND l.conname = c.conname AND o.conname <> c.conname
+                 -- Only a link table the caller may read, joined on keys it may read.
+                 AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
+                 AND tributary._learn_readable(tbl, l.ref_cols)
                ORDER BY c.conrelid::regclass::text, o.conname LOOP
         pname := format('%s.%s', (SELECT relname FROM pg_class WHERE oid = lk.child), array_to_string(lk.other_cols, ','));
         found_paths := found_paths || pname;
@@ -1048,6 +1070,8 @@ BEGIN
         'columns_used', to_jsonb(used_cols),
         'paths_used', to_jsonb(used_paths));
 END $$;
+
+COMMENT ON FUNCTION tributary._learn_readable(regclass, name[]) IS 'Internal: whether the caller may read every one of these columns of the relation.';
 
 -- The tables whose rows a predictor over `tbl` reads besides tbl: the tables its foreign keys
 -- reference and theirs, up to three hops (parents, grandparents, great-grandparents: their

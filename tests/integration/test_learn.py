@@ -160,13 +160,33 @@ def test_as_of_counts_only_strictly_earlier_rows(env):
         assert hist[7] is None   # NULL as_of: no prediction
 
 
+def paths_as(c, role, tbl, label, as_of):
+    """The history paths tributary._learn_spec finds for `role` (SET ROLE, then back)."""
+    c.execute(f"SET ROLE {role}")
+    try:
+        return c.execute("SELECT tributary._learn_spec(%s, %s, NULL, %s, NULL, NULL) -> 'paths'",
+                         (tbl, label, as_of)).fetchone()[0]
+    finally:
+        c.execute("RESET ROLE")
+
+
+def bob_trains(c):
+    """learn_bob trains on hs_sale with every path it finds (no 42501), and drops the predictor."""
+    c.execute("SET ROLE learn_bob")
+    try:
+        assert by_method(train(c, "'hs_bob'", "'hs_sale'", "'kind'", as_of="'day'", split_at="'80'"))["predictor"]
+        c.execute("SELECT tributary_drop_predictor('hs_bob')")
+    finally:
+        c.execute("RESET ROLE")
+
+
 def test_three_hop_and_parent_link_paths(env):
     """A sale -> track -> album -> artist path (three hops) and a sale -> track -> playlist_track
     -> playlist path (a parent's link table) are found, count only strictly earlier labelled
     sales, carry the label when nothing shorter does, and their tables wake a predict job."""
     with connect(env["dsn"]) as c:
         c.execute("""
-            DROP TABLE IF EXISTS hs_sale, hs_playlist_track, hs_playlist, hs_track, hs_album, hs_artist CASCADE;
+            DROP TABLE IF EXISTS hs_sale_tag, hs_tag, hs_sale, hs_playlist_track, hs_playlist, hs_track, hs_album, hs_artist CASCADE;
             CREATE TABLE hs_artist (artist_id int PRIMARY KEY, name text);
             CREATE TABLE hs_album (album_id int PRIMARY KEY, artist_id int REFERENCES hs_artist);
             CREATE TABLE hs_track (track_id int PRIMARY KEY, album_id int REFERENCES hs_album);
@@ -206,14 +226,30 @@ def test_three_hop_and_parent_link_paths(env):
         # training with every path found works (no 42501 from a table it was never asked to read).
         c.execute("GRANT SELECT ON hs_sale, hs_track TO learn_bob")
         c.execute("GRANT SELECT (album_id) ON hs_album TO learn_bob")
-        c.execute("SET ROLE learn_bob")
-        try:
-            spec = c.execute("SELECT tributary._learn_spec('hs_sale', 'kind', NULL, 'day', NULL, NULL) -> 'paths'").fetchone()[0]
-            assert spec == ["track_id", "track_id.album_id"], spec
-            assert by_method(train(c, "'hs_bob'", "'hs_sale'", "'kind'", as_of="'day'", split_at="'80'"))["predictor"]
-            c.execute("SELECT tributary_drop_predictor('hs_bob')")
-        finally:
-            c.execute("RESET ROLE")
+        spec = paths_as(c, "learn_bob", "hs_sale", "kind", "day")
+        assert spec == ["track_id", "track_id.album_id"], spec
+        bob_trains(c)
+        # The shorter paths and the table's own link tables ask for the same: a role that may read
+        # the sales, the track's key and the tag link's tag but not the track's album nor the
+        # link's sale finds only track_id (before: both, and 42501 from training on hs_track).
+        c.execute("""
+            CREATE TABLE hs_tag (tag_id int PRIMARY KEY);
+            CREATE TABLE hs_sale_tag (sale_id int REFERENCES hs_sale, tag_id int REFERENCES hs_tag);
+            INSERT INTO hs_tag SELECT g FROM generate_series(1, 3) g;
+            INSERT INTO hs_sale_tag SELECT i, 1 + i % 3 FROM generate_series(1, 600) i;
+            REVOKE ALL ON hs_sale, hs_track, hs_album FROM learn_bob;
+            GRANT SELECT ON hs_sale TO learn_bob;
+            GRANT SELECT (track_id) ON hs_track TO learn_bob;
+            GRANT SELECT (tag_id) ON hs_sale_tag TO learn_bob;
+        """)
+        spec = c.execute("SELECT tributary._learn_spec('hs_sale', 'kind', NULL, 'day', NULL, NULL) -> 'paths'").fetchone()[0]
+        assert "track_id.album_id" in spec and "hs_sale_tag.tag_id" in spec, spec
+        spec = paths_as(c, "learn_bob", "hs_sale", "kind", "day")
+        assert spec == ["track_id"], spec
+        bob_trains(c)
+        c.execute("GRANT SELECT (sale_id) ON hs_sale_tag TO learn_bob")
+        spec = paths_as(c, "learn_bob", "hs_sale", "kind", "day")
+        assert spec == ["track_id", "hs_sale_tag.tag_id"], spec
 
 
 def test_one_statement_predicts_as_separate_statements_do(env):
