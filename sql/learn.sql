@@ -78,7 +78,9 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- The foreign keys of `rel` (as the referencing table), one row each: the constraint, the
--- referencing columns, the referenced table and columns, in key order.
+-- referencing columns, the referenced table and columns, in key order. A foreign key to a
+-- partitioned table is one row: not the copies PostgreSQL keeps for each referenced partition
+-- (pg_constraint rows of the same table whose conparentid is that foreign key).
 CREATE FUNCTION tributary._learn_fkeys(rel regclass)
 RETURNS TABLE (conname name, cols name[], ref regclass, ref_cols name[])
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -90,6 +92,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
               JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n)
       FROM pg_constraint c
      WHERE c.conrelid = rel AND c.contype = 'f'
+       AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
      ORDER BY c.conname
 $$;
 
@@ -386,7 +389,9 @@ BEGIN
                     CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
                     CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                    WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
-                     AND l.conname = c.conname AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
+                     AND l.conname = c.conname
+                     -- A partitioned link table once, not once more for each of its partitions.
+                     AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid) AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
                      -- Only a link table the caller may read (both foreign keys' columns), from a
                      -- foreign key of the table it may read.
                      AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
@@ -419,6 +424,7 @@ BEGIN
                 CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
                  AND l.conname = c.conname AND o.conname <> c.conname
+                 AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid)
                  -- Only a link table the caller may read, joined on keys it may read.
                  AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
                  AND tributary._learn_readable(tbl, l.ref_cols)

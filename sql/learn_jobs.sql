@@ -82,9 +82,10 @@ CREATE FUNCTION tributary._predict_related(tbl regclass) RETURNS SETOF regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     WITH RECURSIVE up(rel, depth) AS (
         SELECT c.confrelid, 1 FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
+           AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
         UNION
         SELECT c.confrelid, u.depth + 1 FROM up u JOIN pg_constraint c ON c.conrelid = u.rel AND c.contype = 'f'
-         WHERE u.depth < 3
+         WHERE u.depth < 3 AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
     )
     SELECT DISTINCT r.rel::regclass
       FROM (SELECT up.rel FROM up
@@ -92,6 +93,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
             SELECT c.conrelid FROM pg_constraint c
              WHERE c.contype = 'f' AND c.conrelid <> tbl
                AND (c.confrelid = tbl OR c.confrelid IN (SELECT up.rel FROM up WHERE up.depth = 1))
+               AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid)
                AND EXISTS (SELECT 1 FROM pg_constraint o WHERE o.conrelid = c.conrelid
                               AND o.contype = 'f' AND o.conname <> c.conname)) r
       JOIN pg_class k ON k.oid = r.rel

@@ -723,6 +723,25 @@ COMMENT ON FUNCTION tributary._match_stored(regclass, text[]) IS 'Internal (trib
 -- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
 -- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
 -- does not exist (DETAIL lists those found).
+-- The foreign keys of `rel` (as the referencing table), one row each: the constraint, the
+-- referencing columns, the referenced table and columns, in key order. A foreign key to a
+-- partitioned table is one row: not the copies PostgreSQL keeps for each referenced partition
+-- (pg_constraint rows of the same table whose conparentid is that foreign key).
+CREATE OR REPLACE FUNCTION tributary._learn_fkeys(rel regclass)
+RETURNS TABLE (conname name, cols name[], ref regclass, ref_cols name[])
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.conname,
+           (SELECT array_agg(a.attname ORDER BY k.o) FROM unnest(c.conkey) WITH ORDINALITY k(n, o)
+              JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n),
+           c.confrelid::regclass,
+           (SELECT array_agg(a.attname ORDER BY k.o) FROM unnest(c.confkey) WITH ORDINALITY k(n, o)
+              JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n)
+      FROM pg_constraint c
+     WHERE c.conrelid = rel AND c.contype = 'f'
+       AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
+     ORDER BY c.conname
+$$;
+
 -- Whether the caller may read every one of `cols` of `rel` (a path or join is used only then:
 -- training reads what it finds with the caller's rights, and an unreadable column is a 42501).
 CREATE FUNCTION tributary._learn_readable(rel regclass, cols name[])
@@ -971,7 +990,9 @@ BEGIN
                     CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
                     CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                    WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
-                     AND l.conname = c.conname AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
+                     AND l.conname = c.conname
+                     -- A partitioned link table once, not once more for each of its partitions.
+                     AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid) AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
                      -- Only a link table the caller may read (both foreign keys' columns), from a
                      -- foreign key of the table it may read.
                      AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
@@ -1004,6 +1025,7 @@ BEGIN
                 CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
                WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
                  AND l.conname = c.conname AND o.conname <> c.conname
+                 AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid)
                  -- Only a link table the caller may read, joined on keys it may read.
                  AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
                  AND tributary._learn_readable(tbl, l.ref_cols)
@@ -1082,9 +1104,10 @@ CREATE OR REPLACE FUNCTION tributary._predict_related(tbl regclass) RETURNS SETO
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     WITH RECURSIVE up(rel, depth) AS (
         SELECT c.confrelid, 1 FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
+           AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
         UNION
         SELECT c.confrelid, u.depth + 1 FROM up u JOIN pg_constraint c ON c.conrelid = u.rel AND c.contype = 'f'
-         WHERE u.depth < 3
+         WHERE u.depth < 3 AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
     )
     SELECT DISTINCT r.rel::regclass
       FROM (SELECT up.rel FROM up
@@ -1092,6 +1115,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
             SELECT c.conrelid FROM pg_constraint c
              WHERE c.contype = 'f' AND c.conrelid <> tbl
                AND (c.confrelid = tbl OR c.confrelid IN (SELECT up.rel FROM up WHERE up.depth = 1))
+               AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid)
                AND EXISTS (SELECT 1 FROM pg_constraint o WHERE o.conrelid = c.conrelid
                               AND o.contype = 'f' AND o.conname <> c.conname)) r
       JOIN pg_class k ON k.oid = r.rel

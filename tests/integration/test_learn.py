@@ -252,6 +252,48 @@ def test_three_hop_and_parent_link_paths(env):
         assert spec == ["track_id", "hs_sale_tag.tag_id"], spec
 
 
+def test_partitioned_parents_and_link_tables(env):
+    """A foreign key to a partitioned table is one path (not one more per partition, as
+    pg_constraint keeps a copy for each referenced partition), and a partitioned link table is one
+    path whose as-of counts cover all its partitions; a predict job over such tables is made."""
+    with connect(env["dsn"]) as c:
+        c.execute("""
+            DROP TABLE IF EXISTS pt_item_tag, pt_item, pt_tag, pt_grp CASCADE;
+            CREATE TABLE pt_grp (grp_id int PRIMARY KEY) PARTITION BY RANGE (grp_id);
+            CREATE TABLE pt_grp_a PARTITION OF pt_grp FOR VALUES FROM (0) TO (10);
+            CREATE TABLE pt_grp_b PARTITION OF pt_grp FOR VALUES FROM (10) TO (20);
+            CREATE TABLE pt_item (id int PRIMARY KEY, grp_id int REFERENCES pt_grp, day int, kind text, guess text);
+            CREATE TABLE pt_tag (tag_id int PRIMARY KEY);
+            CREATE TABLE pt_item_tag (id int REFERENCES pt_item, tag_id int REFERENCES pt_tag, part int)
+                PARTITION BY LIST (part);
+            CREATE TABLE pt_item_tag_0 PARTITION OF pt_item_tag FOR VALUES IN (0);
+            CREATE TABLE pt_item_tag_1 PARTITION OF pt_item_tag FOR VALUES IN (1);
+            INSERT INTO pt_grp SELECT g FROM generate_series(0, 19) g;
+            INSERT INTO pt_tag SELECT g FROM generate_series(0, 2) g;
+            -- An item's kind is its tag (item % 3); the tag rows alternate between the partitions.
+            INSERT INTO pt_item (id, grp_id, day, kind) SELECT i, i % 20, i / 6, chr(97 + i % 3) FROM generate_series(1, 600) i;
+            INSERT INTO pt_item_tag SELECT i, i % 3, i % 2 FROM generate_series(1, 600) i;
+        """)
+        spec = c.execute("SELECT tributary._learn_spec('pt_item', 'kind', NULL, 'day', NULL, NULL) -> 'paths'").fetchone()[0]
+        assert spec == ["grp_id", "pt_item_tag.tag_id"], spec
+        related = {r[0] for r in c.execute("SELECT tributary._predict_related('pt_item')::text").fetchall()}
+        assert related == {"pt_grp", "pt_item_tag"}, related
+        path = "pt_item_tag.tag_id"
+        rows = by_method(train(c, "'pt_p'", "'pt_item'", "'kind'", as_of="'day'", split_at="'80'",
+                               history=f"'{{{path}}}'", algorithm="'logistic'"))
+        assert rows["predictor"][4] >= 0.95 and rows["baseline"][4] < 0.5, rows
+        train(c, "'pt_p'", "'pt_item'", "'kind'", as_of="'day'", history=f"'{{{path}}}'", algorithm="'logistic'")
+        got = dict(c.execute(
+            "SELECT s.id, ((tributary_predict('pt_p', s)).evidence -> 'history' ->> %s)::float8 "
+            "FROM pt_item s WHERE s.id IN (7, 300, 301, 599)", (path,)).fetchall())
+        want = {i: c.execute("SELECT count(*) FROM pt_item o WHERE o.day < (SELECT day FROM pt_item WHERE id = %s) "
+                             "AND o.id %% 3 = %s %% 3", (i, i)).fetchone()[0] for i in got}
+        assert {i: float(v or 0) for i, v in got.items()} == {i: float(v) for i, v in want.items()}, (got, want)
+        job = c.execute("SELECT tributary_predict_job_create('pt_p', 'guess')").fetchone()[0]
+        c.execute("SELECT tributary_predict_job_drop(%s)", (job,))
+        c.execute("SELECT tributary_drop_predictor('pt_p')")
+
+
 def test_one_statement_predicts_as_separate_statements_do(env):
     """tributary_predict over many rows in one statement reads the table once and reuses it
     (api/learn.rs, TableCache): each row must get exactly what a statement of its own gives, and
