@@ -293,6 +293,17 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
                 } else {
                     ("confrelid", "conrelid")
                 };
+                // A partitioned table once: for parents, not the copies of a foreign key that
+                // PostgreSQL keeps for each partition of the referenced table (same conrelid as
+                // their conparentid's); for children, not the partitions of a partitioned child.
+                let once = if sql_side == "parents" {
+                    "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint p \
+                       WHERE p.oid OPERATOR(pg_catalog.=) c.conparentid \
+                         AND p.conrelid OPERATOR(pg_catalog.=) c.conrelid)"
+                } else {
+                    "NOT (SELECT k.relispartition FROM pg_catalog.pg_class k \
+                       WHERE k.oid OPERATOR(pg_catalog.=) c.conrelid)"
+                };
                 let sql = format!(
                 "SELECT c.conname::pg_catalog.text, c.{other}, \
                    (SELECT pg_catalog.array_agg(a.attname::pg_catalog.text ORDER BY k.ord) \
@@ -305,6 +316,7 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
                        AND a.attnum OPERATOR(pg_catalog.=) k.n) \
                  FROM pg_catalog.pg_constraint c \
                  WHERE c.contype OPERATOR(pg_catalog.=) 'f' AND c.{mine_rel} OPERATOR(pg_catalog.=) $1 \
+                   AND {once} \
                  ORDER BY c.conname"
             );
                 let mut out = Vec::new();

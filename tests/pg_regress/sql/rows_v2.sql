@@ -141,5 +141,20 @@ SELECT expect_error($$SELECT tributary_embed_column('cinema.film', '{*}', 'embed
 SELECT expect_error($$SELECT tributary_embed_column('cinema.film', '{*}', 'embedding', template => NULL)$$);
 SELECT expect_error($$SELECT tributary_job_create('cinema.film', '{*}', target_table => 'cinema.film_emb', template => 3)$$);
 
+-- 9. Partitioned tables are one table: a parent that is partitioned gives its text once (not once
+-- more through the partition holding the row), and a partitioned child table is one child.
+CREATE TABLE cinema.imprint (imprint_id int PRIMARY KEY, name text) PARTITION BY RANGE (imprint_id);
+CREATE TABLE cinema.imprint_a PARTITION OF cinema.imprint FOR VALUES FROM (0) TO (100);
+CREATE TABLE cinema.imprint_b PARTITION OF cinema.imprint FOR VALUES FROM (100) TO (200);
+CREATE TABLE cinema.release (release_id int PRIMARY KEY, imprint_id int REFERENCES cinema.imprint, title text);
+CREATE TABLE cinema.release_note (note_id int, release_id int REFERENCES cinema.release, body text, part int,
+                                  PRIMARY KEY (note_id, part)) PARTITION BY LIST (part);
+CREATE TABLE cinema.release_note_1 PARTITION OF cinema.release_note FOR VALUES IN (1);
+CREATE TABLE cinema.release_note_2 PARTITION OF cinema.release_note FOR VALUES IN (2);
+INSERT INTO cinema.imprint VALUES (5, 'Imprint Five'), (150, 'Imprint One Fifty');
+INSERT INTO cinema.release VALUES (1, 5, 'First Release'), (2, 150, 'Second Release');
+INSERT INTO cinema.release_note VALUES (1, 1, 'a note', 1), (2, 1, 'another note', 2);
+SELECT tributary_row_text(r, parents => 1, children => 5) FROM cinema.release r ORDER BY release_id;
+
 DROP SCHEMA cinema CASCADE;
 DROP ROLE rows_v2_viewer;
