@@ -51,7 +51,8 @@ fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option
 /// parent, a parent's parent and its parent, a link table of the row or of a parent); its typed
 /// columns and its parents' numbers. The head (`algorithm`): gradient-boosted trees ('gbdt'),
 /// multinomial logistic regression ('logistic'), or 'auto': the better of both on the latest 20%
-/// of the training rows by `as_of`, refitted on all of them (crates/learn). Each head is also
+/// of the training rows by `as_of` (their features computed without any of their labels, as a
+/// test period's are), refitted on all of them (crates/learn). Each head is also
 /// scored without the k-NN votes, and they are left out when that scores at least as well on the
 /// same slice (an embedding whose neighbours do not share the label).
 ///

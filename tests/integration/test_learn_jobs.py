@@ -127,7 +127,8 @@ def test_predict_job_keeps_the_column_current(env):
         assert (diff, n, filled) == (0, 42, 42)
 
         # A label of earlier related rows changes: the later unlabelled row of that person is
-        # refreshed to what predict_column says now (here: another class).
+        # refreshed to what predict_column says now (here: another class than before; which one
+        # depends on how the head weighs the history against the text, which still says 'd').
         settled(su, job_id)
         old_guess = owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0]
         new_kind = "a" if old_guess != "a" else "b"
@@ -137,7 +138,7 @@ def test_predict_job_keeps_the_column_current(env):
                        lambda j: j["runs"] > before["runs"] or j["state"] != "active", 30, "a refresh after the label change")
         assert j["state"] == "active" and j["last_run_at"] > before["last_run_at"], j
         settled(su, job_id)
-        assert owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0] == new_kind
+        assert owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0] != old_guess
         diff, n, filled = fresh_equals_job(owner)
         assert (diff, n, filled) == (0, 42, 42)
 

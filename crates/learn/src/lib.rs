@@ -26,6 +26,10 @@
 //! (multinomial logistic / ridge regression on standardised features and one-hot categories);
 //! [`Algorithm::Auto`] fits both on the earlier training rows, scores them on the latest
 //! `validation_fraction` of training rows by as_of, and refits the better one on all of them.
+//! With as_of, the validation rows' features are computed as a test period's are: no validation
+//! row's label enters them (history, k-NN votes, and text probabilities from a text model of the
+//! earlier rows alone), so the scores (and the report's validation rows) expect history as old as
+//! a held-out period will have.
 
 mod gbdt;
 mod history;

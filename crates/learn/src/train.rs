@@ -90,10 +90,36 @@ pub fn train(
         .map(|&r| r as u32)
         .collect();
     let nq = queries.len();
+    let ntr = train_rows.len();
+    let test_pos: Vec<usize> = (ntr..nq).collect();
+    // Test rows with a class unseen in training count as wrong: map them to class index nc.
+    // Validation slice: the latest training rows by as_of (else by row order); ties stay together.
+    let mut order: Vec<usize> = (0..ntr).collect();
+    let t_of = |p: usize| {
+        ds.as_of
+            .as_ref()
+            .map_or(p as f64, |a| a[queries[p] as usize])
+    };
+    order.sort_by(|&a, &b| t_of(a).total_cmp(&t_of(b)).then(a.cmp(&b)));
+    let nv = (ntr as f64 * opts.validation_fraction.clamp(0.0, 0.9)).floor() as usize;
+    let mut cut = ntr - nv;
+    while cut < ntr && cut > 0 && t_of(order[cut - 1]) == t_of(order[cut]) {
+        cut += 1;
+    }
+    let (mut early, valid) = if nv > 0 && cut < ntr && cut >= 2 {
+        (order[..cut].to_vec(), order[cut..].to_vec())
+    } else {
+        (order.clone(), Vec::new())
+    };
+    early.sort_unstable();
+    // Stale validation (with as_of): the validation rows' features are computed as the test
+    // rows' are, without any validation row's label (history, k-NN votes, and a text model fitted
+    // on the early rows alone), so that the pick sees history as old as the test period will.
+    let stale = ds.as_of.is_some() && !valid.is_empty();
 
     // Memory: the big allocations, estimated before any is made.
     let mut needed =
-        nq * nf * 4 * 2 + n * 64 + ds.paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
+        nq * nf * 4 * 3 + n * 64 + ds.paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
         needed += knn::memory(train_rows.len(), nq, e.dim, 5 * k, threads);
     }
@@ -116,9 +142,10 @@ pub fn train(
     let tw = lay.text_w();
     let mut text_feats = vec![f32::NAN; nq * tw];
     let mut text_model = None;
+    let mut text_valid: Vec<f32> = Vec::new();
     if let Some(texts) = &ds.text {
         let as_of = ds.as_of.as_deref();
-        let (tm, tf) = polled(ctl, "text", 7, |sh| {
+        let (tm, tf, tv) = polled(ctl, "text", 8, |sh| {
             let tfidf = text::Tfidf::fit(texts, &train_rows);
             let mut csr = Csr::new(tfidf.terms.len());
             for &q in &queries {
@@ -172,6 +199,10 @@ pub fn train(
                     }
                 }
             }
+            // The validation rows scored by a model of the early rows alone (stale validation).
+            if stale {
+                folds.push((valid.clone(), early.clone()));
+            }
             let all: Vec<usize> = (0..ntr).collect();
             folds.push((Vec::new(), all));
             let fits = par::par_map(threads, folds.len(), &sh.stop, |fi| {
@@ -190,9 +221,10 @@ pub fn train(
                 m
             });
             if sh.stopped() {
-                return Ok((None, Vec::new()));
+                return Ok((None, Vec::new(), Vec::new()));
             }
             let mut out = vec![f32::NAN; nq * tw];
+            let mut out_v = vec![f32::NAN; if stale { valid.len() * tw } else { 0 }];
             let mut buf = vec![0f32; tw];
             let nfold = folds.len();
             let mut full = None;
@@ -205,6 +237,12 @@ pub fn train(
                         out[qi * tw..(qi + 1) * tw].copy_from_slice(&buf);
                     }
                     full = Some(m);
+                } else if stale && fi + 2 == nfold {
+                    for (vi, &p) in valid.iter().enumerate() {
+                        let (i, v) = csr.row(p);
+                        m.predict(i, v, &mut buf);
+                        out_v[vi * tw..(vi + 1) * tw].copy_from_slice(&buf);
+                    }
                 } else {
                     for &p in &folds[fi].0 {
                         let (i, v) = csr.row(p);
@@ -213,10 +251,11 @@ pub fn train(
                     }
                 }
             }
-            Ok((full.map(|lin| TextModel { tfidf, lin }), out))
+            Ok((full.map(|lin| TextModel { tfidf, lin }), out, out_v))
         })?;
         text_model = tm;
         text_feats = tf;
+        text_valid = tv;
     }
 
     let (x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
@@ -224,6 +263,28 @@ pub fn train(
             .ok_or(Error::Cancelled("stopped".into()))
     })?;
     drop(text_feats);
+    // The validation rows' stale features, in their rows of a copy of x (the early rows' own
+    // features read only earlier rows, all of them early: the same either way).
+    let x_val: Option<Vec<f32>> = if stale {
+        let mut known_v = known.clone();
+        for &p in &valid {
+            known_v[queries[p] as usize] = None;
+        }
+        let vq: Vec<u32> = valid.iter().map(|&p| queries[p]).collect();
+        let (xv, _, _) = polled(ctl, "validation features", vq.len() as u64, |sh| {
+            features(ds, &lay, &known_v, &vq, &text_valid, threads, sh)
+                .ok_or(Error::Cancelled("stopped".into()))
+        })?;
+        let mut xc = x.clone();
+        for (i, &p) in valid.iter().enumerate() {
+            xc[p * nf..(p + 1) * nf].copy_from_slice(&xv[i * nf..(i + 1) * nf]);
+        }
+        Some(xc)
+    } else {
+        None
+    };
+    drop(text_valid);
+    let x_valid: &[f32] = x_val.as_deref().unwrap_or(&x);
 
     // Head labels by position.
     let hy = match &ds.label {
@@ -259,28 +320,6 @@ pub fn train(
                 .collect(),
         ),
     };
-    let ntr = train_rows.len();
-    let test_pos: Vec<usize> = (ntr..nq).collect();
-    // Test rows with a class unseen in training count as wrong: map them to class index nc.
-    // Validation slice: the latest training rows by as_of (else by row order); ties stay together.
-    let mut order: Vec<usize> = (0..ntr).collect();
-    let t_of = |p: usize| {
-        ds.as_of
-            .as_ref()
-            .map_or(p as f64, |a| a[queries[p] as usize])
-    };
-    order.sort_by(|&a, &b| t_of(a).total_cmp(&t_of(b)).then(a.cmp(&b)));
-    let nv = (ntr as f64 * opts.validation_fraction.clamp(0.0, 0.9)).floor() as usize;
-    let mut cut = ntr - nv;
-    while cut < ntr && cut > 0 && t_of(order[cut - 1]) == t_of(order[cut]) {
-        cut += 1;
-    }
-    let (mut early, valid) = if nv > 0 && cut < ntr && cut >= 2 {
-        (order[..cut].to_vec(), order[cut..].to_vec())
-    } else {
-        (order.clone(), Vec::new())
-    };
-    early.sort_unstable();
     let all_train: Vec<usize> = (0..ntr).collect();
     fn gy(hy: &HeadY) -> gbdt::Labels<'_> {
         match hy {
@@ -295,21 +334,27 @@ pub fn train(
     // embedding whose neighbours do not share the label only adds noise (chinook's invoice lines,
     // whose embedded text is mostly the customer's: their k-NN alone scores below the majority).
     let knn_w = lay.knn_w();
-    let x_plain: Option<Vec<f32>> = (knn_w > 0 && !valid.is_empty()).then(|| {
+    let plain = |x: &[f32]| -> Vec<f32> {
         x.chunks_exact(nf)
             .flat_map(|r| r[knn_w..].iter().copied())
             .collect()
-    });
+    };
+    let x_plain: Option<Vec<f32>> = (knn_w > 0 && !valid.is_empty()).then(|| plain(&x));
+    let x_plain_valid: Option<Vec<f32>> = match &x_val {
+        Some(xv) if knn_w > 0 => Some(plain(xv)),
+        _ => None,
+    };
     // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
     // the GBDT's rounds).
     let mut val_scores: Vec<(String, bool, Vec<f32>, usize)> = Vec::new();
     if !valid.is_empty() {
         for use_knn in [false, true] {
-            let (xv, nfv): (&[f32], usize) = match (&x_plain, use_knn) {
-                (_, true) => (&x, nf),
-                (Some(xp), false) => (xp, nf - knn_w),
-                (None, false) => continue,
-            };
+            let (xv, nfv): (&[f32], usize) =
+                match (x_plain_valid.as_ref().or(x_plain.as_ref()), use_knn) {
+                    (_, true) => (x_valid, nf),
+                    (Some(xp), false) => (xp, nf - knn_w),
+                    (None, false) => continue,
+                };
             let catv = &lay.cats;
             if want_gbdt {
                 let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
@@ -390,8 +435,9 @@ pub fn train(
     };
     let knn_scores: Option<Vec<f32>> = lay.has_knn.then(|| {
         let mut p = vec![0f32; knn_rows.len() * kout];
+        let xs = if test_pos.is_empty() { x_valid } else { &x[..] };
         for (i, &r) in knn_rows.iter().enumerate() {
-            let v = &x[r * nf..r * nf + kout];
+            let v = &xs[r * nf..r * nf + kout];
             for (j, &vv) in v.iter().enumerate() {
                 p[i * kout + j] = if vv.is_nan() { -1.0 } else { vv };
             }
