@@ -81,11 +81,10 @@ REVOKE ALL ON FUNCTION tributary._predict_trigger() FROM PUBLIC;
 CREATE FUNCTION tributary._predict_related(tbl regclass) RETURNS SETOF regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     WITH RECURSIVE up(rel, depth) AS (
-        SELECT c.confrelid, 1 FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'f'
-           AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
+        SELECT CAST(f.ref AS oid), 1 FROM tributary._learn_fkeys(tbl) f
         UNION
-        SELECT c.confrelid, u.depth + 1 FROM up u JOIN pg_constraint c ON c.conrelid = u.rel AND c.contype = 'f'
-         WHERE u.depth < 3 AND NOT EXISTS (SELECT 1 FROM pg_constraint p WHERE p.oid = c.conparentid AND p.conrelid = c.conrelid)
+        SELECT CAST(f.ref AS oid), u.depth + 1 FROM up u CROSS JOIN LATERAL tributary._learn_fkeys(u.rel) f
+         WHERE u.depth < 3
     )
     SELECT DISTINCT r.rel::regclass
       FROM (SELECT up.rel FROM up
