@@ -339,22 +339,18 @@ pub fn train(
             .flat_map(|r| r[knn_w..].iter().copied())
             .collect()
     };
-    let x_plain: Option<Vec<f32>> = (knn_w > 0 && !valid.is_empty()).then(|| plain(&x));
-    let x_plain_valid: Option<Vec<f32>> = match &x_val {
-        Some(xv) if knn_w > 0 => Some(plain(xv)),
-        _ => None,
-    };
+    // For the validation fits; the final fit's copy is made after the pick, only if it is picked.
+    let x_plain_valid: Option<Vec<f32>> = (knn_w > 0 && !valid.is_empty()).then(|| plain(x_valid));
     // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
     // the GBDT's rounds).
     let mut val_scores: Vec<(String, bool, Vec<f32>, usize)> = Vec::new();
     if !valid.is_empty() {
         for use_knn in [false, true] {
-            let (xv, nfv): (&[f32], usize) =
-                match (x_plain_valid.as_ref().or(x_plain.as_ref()), use_knn) {
-                    (_, true) => (x_valid, nf),
-                    (Some(xp), false) => (xp, nf - knn_w),
-                    (None, false) => continue,
-                };
+            let (xv, nfv): (&[f32], usize) = match (&x_plain_valid, use_knn) {
+                (_, true) => (x_valid, nf),
+                (Some(xp), false) => (xp, nf - knn_w),
+                (None, false) => continue,
+            };
             let catv = &lay.cats;
             if want_gbdt {
                 let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
@@ -444,12 +440,14 @@ pub fn train(
         }
         p
     });
-    let (x, nf) = match x_plain {
-        Some(xp) if !use_knn => {
-            lay.has_knn = false;
-            (xp, nf - knn_w)
-        }
-        _ => (x, nf),
+    let leave_out_knn = x_plain_valid.is_some() && !use_knn;
+    drop(x_plain_valid);
+    drop(x_val);
+    let (x, nf) = if leave_out_knn {
+        lay.has_knn = false;
+        (plain(&x), nf - knn_w)
+    } else {
+        (x, nf)
     };
     let (head, importance) = if pick == "gbdt" {
         let p = gbdt::Params { rounds, ..params };
