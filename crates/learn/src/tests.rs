@@ -548,3 +548,29 @@ fn validation_rows_see_no_validation_label() {
     let p = predict(&t.model, &ds, &[995], &NoCtl).unwrap();
     assert_eq!(p[0].label.as_deref(), Some(classes[block_class[99]]));
 }
+
+#[test]
+fn test_labels_never_change_the_model() {
+    // Everything train fits or chooses (the text model's folds, the lexical setting picked on the
+    // validation slice, the head and its features) reads training labels only: relabelling every
+    // test row gives the same model, byte for byte.
+    let n = 900;
+    let ds = synth(n, true);
+    let r = roles(n);
+    let mut ds2 = synth(n, true);
+    if let Labels::Category(v) = &mut ds2.label {
+        for (i, l) in v.iter_mut().enumerate() {
+            if r[i] == Role::Test {
+                *l = Some(if i % 2 == 0 { "red" } else { "blue" }.to_string());
+            }
+        }
+    }
+    for a in [Algorithm::Gbdt, Algorithm::Logistic, Algorithm::Auto] {
+        let t1 = train(&ds, &r, &opts(a), &NoCtl).unwrap();
+        let t2 = train(&ds2, &r, &opts(a), &NoCtl).unwrap();
+        assert!(
+            t1.model.to_bytes() == t2.model.to_bytes(),
+            "{a:?}: the test rows' labels changed the model"
+        );
+    }
+}
