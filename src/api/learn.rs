@@ -46,7 +46,8 @@ fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option
 /// `as_of`, every other row): the similarity-weighted label shares (numbers: mean and spread) of
 /// its k and 5k nearest labelled rows by `embedding` (cosine); the class probabilities of a word
 /// and word-pair TF-IDF + multinomial logistic regression model of its text columns and the
-/// groups it is linked to (out of fold for training rows); the label shares and counts of the
+/// groups it is linked to (out of fold for training rows; of three fitting settings, the one
+/// whose own accuracy on the validation slice below is best); the label shares and counts of the
 /// rows related to it through each history path (sql/learn.sql, `tributary._learn_spec`: a
 /// parent, a parent's parent and its parent, a link table of the row or of a parent); its typed
 /// columns and its parents' numbers. The head (`algorithm`): gradient-boosted trees ('gbdt'),

@@ -17,6 +17,9 @@
 //!    blocks, block b scored by a model fit on known rows strictly earlier than the block, the
 //!    first block missing; without as_of: 5 folds); other rows the model fit on all training rows
 //!    (kept in the Model). The vocabulary and idf come from the training rows' text (no labels).
+//!    The fit's settings (Adagrad step, epochs, L2: `head::TEXT_GRID`) are chosen by the text
+//!    model's own score on the validation slice (fitted on the earlier training rows), as
+//!    scikit-learn's C is chosen for TF-IDF + logistic regression; the first without a slice.
 //! 3. `{path}:{class}` (share) and `{path}:count` (or `{path}:mean`, `{path}:count`): labels of
 //!    the known rows sharing a group with the row through each [`GroupPath`], summed over its groups.
 //! 4. the `numbers` as they are (NaN = NULL), each `categories` column as an integer code (vocabulary
