@@ -144,9 +144,9 @@ def films_data() -> Data:
                 describe="film, person, film_person (link table); label film.genre; as_of film.year")
 
 
-def lahman_data() -> Data:
+def lahman_data(from_year: int = 1960, embed: str | None = None, name: str = "lahman") -> Data:
     import lahman as loader
-    t = loader.read()
+    t = loader.read(from_year)
     ps = t["player_season"].merge(t["person"], on="player_id", how="left") \
         .merge(t["team"].drop(columns=["year"]).rename(columns={"name": "team_name"}), on="team_id", how="left") \
         .merge(t["franchise"].rename(columns={"name": "franchise_name"}), on="franch_id", how="left")
@@ -167,9 +167,17 @@ def lahman_data() -> Data:
                "rbi", "sb", "cs", "bb", "so", "w", "l"]
     for c in numeric:
         rows[c] = rows[c].astype(float)
-    return Data("lahman", "player_season", key, "position", "year", "2015", rows, numeric,
-                ["bats", "throws", "league", "birth_country"], paths, embed=None,
-                describe="franchise, team, person, player_season; label player_season.position; as_of year")
+    return Data(name, "player_season", key, "position", "year", "2015", rows, numeric,
+                ["bats", "throws", "league", "birth_country"], paths, embed=embed,
+                describe=f"franchise, team, person, player_season (seasons {from_year}-2024); "
+                         "label player_season.position; as_of year")
+
+
+def lahman_100k_data() -> Data:
+    """The training-time check at scale: Lahman from 1900 (105,054 player-seasons, 89,533 before
+    2015), with an embedding of each row and its parents (the person, the team), so that every
+    feature tributary builds is built: k-NN votes over 100k rows, the text model, the history."""
+    return lahman_data(1900, "'{*}', 'e_row', exclude => '{position}', parents => 1", "lahman-100k")
 
 
 CHINOOK_PREP = """
@@ -266,17 +274,17 @@ def chinook_basket_data() -> Data:
                          "(its number of lines); as_of invoice.invoice_date")
 
 
-DATASETS = {"films": films_data, "lahman": lahman_data, "chinook": chinook_data,
-            "chinook-basket": chinook_basket_data}
+DATASETS = {"films": films_data, "lahman": lahman_data, "lahman-100k": lahman_100k_data,
+            "chinook": chinook_data, "chinook-basket": chinook_basket_data}
 
 
 def load(name: str, dsn: str) -> None:
     if name == "films":
         import films
         print(f"loaded {films.load(dsn)}", file=sys.stderr)
-    elif name == "lahman":
+    elif name in ("lahman", "lahman-100k"):
         import lahman
-        print(f"loaded {lahman.load(dsn)}", file=sys.stderr)
+        print(f"loaded {lahman.load(dsn, 1900 if name == 'lahman-100k' else 1960)}", file=sys.stderr)
     else:
         import subprocess
         import psycopg
