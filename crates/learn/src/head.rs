@@ -3,14 +3,14 @@
 
 use super::*;
 
-/// Text model settings: 10 epochs, Adagrad step 0.3, L2 1e-5 (chosen on the films check,
-/// the examples/films.rs of 0.9.0 (now examples/dataset.rs): test accuracy 0.437 vs 0.425 with
-/// 6 epochs and L2 1e-4). 30 epochs were tried in 0.10.0 (benches/learn.sh, 2026-11-27): chinook
-/// 0.980 / 0.842 -> 0.982 / 0.847, films 0.435 / 0.211 -> 0.435 / 0.205; not taken.
-/// The lexical view's settings tried on the validation slice, the first the default (used when
-/// there is no validation slice). Larger steps and more epochs fit the words harder, as a larger
-/// C does in scikit-learn: chinook's genres need it (TF-IDF + LR picks C = 20 there), films'
-/// do not (C = 5); measured in BENCHMARKS.md, "Models that learn".
+/// The lexical view's settings (epochs, Adagrad step, L2), tried on the validation slice by
+/// `train`; the first is the default, used when there is no validation slice. The first was
+/// chosen on the films check of 0.9.0 (test accuracy 0.437 vs 0.425 with 6 epochs and L2 1e-4).
+/// Larger steps and more epochs fit the words harder, as a larger C does in scikit-learn's
+/// logistic regression: chinook's genres need it (benches/learn.py's TF-IDF + LR picks C = 20
+/// there; the second setting takes chinook from 0.980 / 0.842 to 0.986 / 0.935), films' do not
+/// (C = 5; a fixed 30 epochs cost films macro-F1, 0.211 -> 0.205). BENCHMARKS.md, "Models that
+/// learn" (2026-11-27).
 pub(crate) const TEXT_GRID: [Fit; 3] = [
     Fit {
         epochs: 10,
