@@ -98,15 +98,6 @@ fn main() {
         t.feature_names.len(),
         t.model.algorithm()
     );
-    let has = |p: &str| t.feature_names.iter().any(|f| f.starts_with(p));
-    println!(
-        "feature groups: knn {} text {} history {}",
-        has("knn"),
-        has("text:"),
-        t.feature_names
-            .iter()
-            .any(|f| f.ends_with(":count") && !f.starts_with("knn"))
-    );
     for m in &t.report {
         println!(
             "{:10} {:9} {:10} rows={:6} accuracy={:.4} macro_f1={:.4}",

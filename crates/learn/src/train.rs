@@ -92,7 +92,6 @@ pub fn train(
     let nq = queries.len();
     let ntr = train_rows.len();
     let test_pos: Vec<usize> = (ntr..nq).collect();
-    // Test rows with a class unseen in training count as wrong: map them to class index nc.
     // Validation slice: the latest training rows by as_of (else by row order); ties stay together.
     let mut order: Vec<usize> = (0..ntr).collect();
     let t_of = |p: usize| {
@@ -340,6 +339,7 @@ pub fn train(
                             .as_deref()
                             .and_then(|s| map.get(s))
                             .copied()
+                            // A test row's class unseen in training: never predicted, so wrong.
                             .unwrap_or(u32::MAX)
                     })
                     .collect(),
