@@ -52,7 +52,7 @@ BEGIN
         BEGIN
             DELETE FROM %s WHERE (%s) = (%s);
             INSERT INTO %s (%s, chunk_seq, chunk, start_char, end_char)
-            SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s.tributary_chunk(NEW.%I, %s) AS k;
+            SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s.tributary_chunk(tributary._text(NEW.%I), %s) AS k;
             RETURN NULL;
         END $body$$f$,
         fn, tgt, array_to_string(ck, ', '), new_k, tgt, array_to_string(ck, ', '), new_k, ext, col, chunk_args);
@@ -192,7 +192,7 @@ BEGIN
     tgt := to_regclass(chunk_table);
     tgt_name := (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tgt);
     PERFORM tributary._run_as(owner, format('INSERT INTO %s (%s, chunk_seq, chunk, start_char, end_char) '
-                   'SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s AS t, %s.tributary_chunk(t.%I, %s) AS k',
+                   'SELECT %s, k.seq, k.chunk, k.start_char, k.end_char FROM %s AS t, %s.tributary_chunk(tributary._text(t.%I), %s) AS k',
                    tgt_name, array_to_string(pk, ', '),
                    (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p), src, ext, text_column, chunk_args));
 

@@ -135,3 +135,11 @@ COMMENT ON FUNCTION tributary._sharded_job_op(oid, text, bigint) IS 'Internal: p
 COMMENT ON VIEW tributary.job_parts IS 'The parts of your sharded jobs (jobs on a table whose partitions are postgres_fdw foreign tables): per partition, its server, the shard''s table and job id, and the state and counts the shard reports now (unreachable, with the error, when it cannot be reached).';
 COMMENT ON FUNCTION tributary._shard_key_columns(regclass) IS 'Internal: the primary key columns of the shards'' tables behind a partitioned table over postgres_fdw shards, when they agree (through dblink as the current role); else NULL.';
 COMMENT ON FUNCTION tributary._match_stored(regclass, text[]) IS 'Internal (tributary_match): which matched columns are pgvector vector columns (stored embeddings, used as they are).';
+
+-- Values of a user's table as text and JSON, never through a cast a role made (src/pg/values.rs)
+COMMENT ON FUNCTION tributary._text(anyelement) IS 'Internal: a value as text, CAST(v AS text) for built-in types, the output function for any other type (a cast a role made never runs); NULL in, NULL out.';
+COMMENT ON FUNCTION tributary._row_json(anyelement) IS 'Internal: row_to_json(row) without any cast to json a role made (values of other than built-in scalar types through their output functions).';
+COMMENT ON FUNCTION tributary._row_jsonb(anyelement) IS 'Internal: to_jsonb(row) without any cast to json a role made.';
+COMMENT ON FUNCTION tributary._jsonb(anyelement) IS 'Internal: to_jsonb(value) without any cast to json a role made.';
+COMMENT ON FUNCTION tributary._from_text(text, anyelement) IS 'Internal: the value of the second argument''s type that a text stands for, through the type''s input function (never a cast from text a role made).';
+COMMENT ON FUNCTION tributary._text_as(text, oid, integer) IS 'Internal: the SQL of a text expression as a value of a type: CAST for built-in types, tributary._from_text for others.';

@@ -698,21 +698,21 @@ BEGIN
     t_cols := array_to_string(tk, ', ');
 
     IF whole THEN
-        text_expr := 'pg_catalog.row_to_json(t.*)::pg_catalog.text';   -- t.*: never a column named t
+        text_expr := 'tributary._row_json(t.*)::pg_catalog.text';   -- t.*: never a column named t
         -- Columns whose change does not change the row's text: the target and other embeddings.
         SELECT array_agg(a.attname::text) INTO excl FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
          WHERE a.attrelid = j.source AND a.attnum > 0 AND NOT a.attisdropped
            AND (t.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector') OR (tgt = j.source AND a.attname = j.target));
         excl := coalesce(excl, '{}') || coalesce((SELECT array_agg(x) FROM jsonb_array_elements_text(j.row_options->'exclude') x), '{}');
-        differs := format('(pg_catalog.to_jsonb(o.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[]) IS DISTINCT FROM (pg_catalog.to_jsonb(n.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[])', excl, excl);
-        guard := format('(pg_catalog.to_jsonb(t.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[])::pg_catalog.text', excl);
+        differs := format('(tributary._row_jsonb(o.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[]) IS DISTINCT FROM (tributary._row_jsonb(n.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[])', excl, excl);
+        guard := format('(tributary._row_jsonb(t.*) OPERATOR(pg_catalog.-) %L::pg_catalog.text[])::pg_catalog.text', excl);
     ELSE
-        arr := (SELECT string_agg('t.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x);
+        arr := (SELECT string_agg('tributary._text(t.' || quote_ident(x) || ')', ', ') FROM unnest(j.columns) x);
         text_expr := format('CASE WHEN pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0 THEN pg_catalog.concat_ws(E''\n'', %s) END', arr, arr);
         -- As text: every type has one, not every type has "=".
         differs := format('ROW(%s) IS DISTINCT FROM ROW(%s)',
-            (SELECT string_agg('o.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x),
-            (SELECT string_agg('n.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x));
+            (SELECT string_agg('tributary._text(o.' || quote_ident(x) || ')', ', ') FROM unnest(j.columns) x),
+            (SELECT string_agg('tributary._text(n.' || quote_ident(x) || ')', ', ') FROM unnest(j.columns) x));
         nonnull := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', (SELECT string_agg('n.' || quote_ident(x), ', ') FROM unnest(j.columns) x));
         nonnull_t := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', arr);
         guard := text_expr;
@@ -720,10 +720,10 @@ BEGIN
     checked := CASE WHEN j.mode = 'continuous' THEN format('%s IS NOT DISTINCT FROM u.g', guard) ELSE 'true' END;
 
     j.claim_sql := format('WITH c AS (DELETE FROM %s AS q USING (SELECT ctid AS tid FROM %s ORDER BY %s LIMIT $1 FOR UPDATE SKIP LOCKED) AS s '
-               'WHERE q.ctid OPERATOR(pg_catalog.=) s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, q_cols);
+               'WHERE q.ctid OPERATOR(pg_catalog.=) s.tid RETURNING q.*) SELECT pg_catalog.jsonb_agg(DISTINCT tributary._row_jsonb(c.*))::text FROM c', j.queue, j.queue, q_cols);
     j.claim_keys_sql := format('WITH c AS (DELETE FROM %s AS q USING pg_catalog.jsonb_populate_recordset(NULL::%s, $1::pg_catalog.jsonb) AS kk WHERE (%s) OPERATOR(pg_catalog.=) (%s) RETURNING q.*) '
-               'SELECT pg_catalog.jsonb_agg(DISTINCT pg_catalog.to_jsonb(c.*))::text FROM c', j.queue, j.queue, k_q, k_kk);
-    j.select_sql := format('SELECT pg_catalog.to_jsonb(k.*)::pg_catalog.text, %s, %s FROM %s AS t JOIN pg_catalog.jsonb_populate_recordset(NULL::%s, $1::pg_catalog.jsonb) AS k ON (%s) OPERATOR(pg_catalog.=) (%s) '
+               'SELECT pg_catalog.jsonb_agg(DISTINCT tributary._row_jsonb(c.*))::text FROM c', j.queue, j.queue, k_q, k_kk);
+    j.select_sql := format('SELECT tributary._row_jsonb(k.*)::pg_catalog.text, %s, %s FROM %s AS t JOIN pg_catalog.jsonb_populate_recordset(NULL::%s, $1::pg_catalog.jsonb) AS k ON (%s) OPERATOR(pg_catalog.=) (%s) '
                'FOR KEY SHARE OF t', text_expr, guard, src_from, j.queue, k_src, k_k);
     j.write_sql := CASE WHEN tgt = j.source THEN
             format('UPDATE %s AS t SET %I = u.e FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.jsonb[]), pg_catalog.unnest($2::%s[]), pg_catalog.unnest($3::pg_catalog.text[])) AS u(k, e, g) '
@@ -860,7 +860,7 @@ BEGIN
                          (SELECT string_agg('g.' || p, ', ') FROM unnest(tk) p), (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p));
     END IF;
     IF j.columns <> '{*}' THEN
-        nonnull := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', (SELECT string_agg('t.' || quote_ident(x) || '::pg_catalog.text', ', ') FROM unnest(j.columns) x));
+        nonnull := format('pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0', (SELECT string_agg('t.' || quote_ident(x), ', ') FROM unnest(j.columns) x));
     END IF;
     RETURN (SELECT format('INSERT INTO %s SELECT %s FROM %s%I.%I t WHERE %s AND %s', j.queue,
                           (SELECT string_agg('t.' || p, ', ') FROM unnest(pk) p),

@@ -63,6 +63,23 @@ RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
         hint => 'Neighbours are found by an embedding column; fill one with tributary_embed_column.')
 $$;
 
+-- The SQL of `expr` (an expression of type text) as a value of type `typ` (typmod `typmod`):
+-- CAST(expr AS type) when `typ` (through domains) is built in, whose casts from text are
+-- PostgreSQL's own; otherwise tributary._from_text(expr, NULL::type), the type's input
+-- function: a cast from text that a type's owner made never runs (src/pg/values.rs).
+CREATE FUNCTION tributary._text_as(expr text, typ oid, typmod integer)
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE d(oid, base) AS (
+        SELECT t.oid, t.typbasetype FROM pg_catalog.pg_type t WHERE t.oid OPERATOR(pg_catalog.=) typ
+        UNION ALL
+        SELECT t.oid, t.typbasetype FROM d JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.base
+         WHERE d.base OPERATOR(pg_catalog.<>) 0::pg_catalog.oid)
+    SELECT CASE WHEN (SELECT d.oid FROM d WHERE d.base OPERATOR(pg_catalog.=) 0::pg_catalog.oid)
+                     OPERATOR(pg_catalog.<) 16384::pg_catalog.oid
+                THEN pg_catalog.format('CAST(%s AS %s)', expr, pg_catalog.format_type(typ, typmod))
+                ELSE pg_catalog.format('tributary._from_text(%s, NULL::%s)', expr, pg_catalog.format_type(typ, typmod)) END
+$$;
+
 -- A jsonb expression that identifies a row of `tbl` aliased `alias`: its primary key columns
 -- ({"track_id": 1}); for a partitioned table over postgres_fdw shards, which has none, the
 -- shards' primary key (tributary._shard_key_columns, sql/shards.sql); else {"ctid": "(0,1)"}.
@@ -70,12 +87,12 @@ CREATE FUNCTION tributary.row_key(tbl regclass, alias text)
 RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN coalesce(
-        (SELECT 'jsonb_build_object(' || string_agg(format('%L, %I.%I', a.attname, alias, a.attname), ', ' ORDER BY k.ord) || ')'
+        (SELECT 'jsonb_build_object(' || string_agg(format('%L, tributary._jsonb(%I.%I)', a.attname, alias, a.attname), ', ' ORDER BY k.ord) || ')'
            FROM pg_catalog.pg_index i
           CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
            JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
           WHERE i.indrelid = tbl AND i.indisprimary),
-        (SELECT 'jsonb_build_object(' || string_agg(format('%L, %I.%s', (parse_ident(c))[1], alias, c), ', ' ORDER BY o) || ')'
+        (SELECT 'jsonb_build_object(' || string_agg(format('%L, tributary._jsonb(%I.%s)', (parse_ident(c))[1], alias, c), ', ' ORDER BY o) || ')'
            FROM unnest(tributary._shard_key_columns(tbl)) WITH ORDINALITY AS u(c, o)),
         format('jsonb_build_object(''ctid'', %I.ctid::text)', alias));
 END $$;
@@ -161,7 +178,7 @@ BEGIN
             'SELECT array_agg(n.l ORDER BY n.d), array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d),
                     jsonb_agg(jsonb_build_object(''key'', n.key, ''label'', n.l, ''distance'', n.d,
                                                  ''weight'', greatest(1 - n.d, 1e-6)) ORDER BY n.d)
-               FROM (SELECT %s AS key, t.%I::text AS l, t.%I OPERATOR(%s.<=>) $1::%s AS d
+               FROM (SELECT %s AS key, tributary._text(t.%I) AS l, t.%I OPERATOR(%s.<=>) $1::%s AS d
                        FROM %s AS t
                       WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL
                       ORDER BY (t.%I OPERATOR(%s.<=>) $1::%s)%s
@@ -275,7 +292,7 @@ BEGIN
                        WHERE a.attrelid = tbl AND a.attname = group_by AND a.attnum > 0 AND NOT a.attisdropped) THEN
         RAISE EXCEPTION 'column "%" of relation "%" does not exist', group_by, tbl USING ERRCODE = '42703';
     ELSE
-        group_expr := format('t.%I::text', group_by);
+        group_expr := format('tributary._text(t.%I)', group_by);
     END IF;
     IF split_column IS NOT NULL THEN
         SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO split_type
@@ -285,13 +302,15 @@ BEGIN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', split_column, tbl USING ERRCODE = '42703';
         END IF;
         -- Cast once here, so that a bad split_at fails with the cast's own error before any scan.
-        EXECUTE format('SELECT CAST($1 AS %s)::text', split_type) INTO split_text USING split_at;
+        -- A literal: CAST('...' AS type) reads it with the type's input function, never a cast
+        -- from text a role made; back to text through tributary._text.
+        EXECUTE format('SELECT tributary._text(CAST(%L AS %s))', split_at, split_type) INTO split_text;
         split_value := format('CAST(%L AS %s)', split_at, split_type);
         -- Rows with a NULL split_column are in neither side (the filter below leaves them out).
         held_out := format('t.%I >= %s', split_column, split_value);
         EXECUTE format(
             'SELECT count(*) FILTER (WHERE t.%1$I >= %2$s), count(*) FILTER (WHERE t.%1$I < %2$s),
-                    count(*) FILTER (WHERE t.%1$I IS NULL), min(t.%1$I)::text, max(t.%1$I)::text
+                    count(*) FILTER (WHERE t.%1$I IS NULL), tributary._text(min(t.%1$I)), tributary._text(max(t.%1$I))
                FROM %3$s AS t WHERE t.%4$I IS NOT NULL AND t.%5$I IS NOT NULL',
             split_column, split_value, tbl, label, embedding)
           INTO n_test, n_train, n_null, lowest, highest;
@@ -360,7 +379,7 @@ BEGIN
     -- every held-out row with its k nearest training rows' labels.
     base := format(
         'WITH labelled AS MATERIALIZED (
-             SELECT t.%I::text AS l, %s.subvector(t.%I, 1, %s.vector_dims(t.%I)) AS e, %s AS held_out
+             SELECT tributary._text(t.%I) AS l, %s.subvector(t.%I, 1, %s.vector_dims(t.%I)) AS e, %s AS held_out
                FROM %s AS t WHERE t.%I IS NOT NULL AND t.%I IS NOT NULL%s),
          train AS MATERIALIZED (SELECT l, e FROM labelled WHERE NOT held_out),
          test AS (SELECT l, e FROM labelled WHERE held_out),
@@ -474,18 +493,20 @@ BEGIN
     END IF;
     label_kind := tributary.label_kind(tbl, label, kind);
     emb_type := tributary.embedding_type(tbl, embedding);
-    SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO target_type
+    -- The prediction (text) as target's type: CAST for a built-in type, else the type's input
+    -- function (tributary._text_as).
+    SELECT tributary._text_as('p.prediction', a.atttypid, a.atttypmod) INTO target_type
       FROM pg_catalog.pg_attribute a
      WHERE a.attrelid = tbl AND a.attname = target AND a.attnum > 0 AND NOT a.attisdropped;
     IF target_type IS NULL THEN
         RAISE EXCEPTION 'column "%" of relation "%" does not exist', target, tbl USING ERRCODE = '42703';
     END IF;
     -- Keys: the primary key's columns, compared as their own types; else (tableoid, ctid).
-    SELECT 'jsonb_build_object(' || string_agg(format('%L, t.%I', a.attname, a.attname), ', ' ORDER BY k.ord) || ')',
-           string_agg(format('s.%I = (b.key ->> %L)::%s', a.attname, a.attname,
-                             pg_catalog.format_type(a.atttypid, a.atttypmod)), ' AND ' ORDER BY k.ord),
-           string_agg(format('t.%I = (p.key ->> %L)::%s', a.attname, a.attname,
-                             pg_catalog.format_type(a.atttypid, a.atttypmod)), ' AND ' ORDER BY k.ord)
+    SELECT 'jsonb_build_object(' || string_agg(format('%L, tributary._jsonb(t.%I)', a.attname, a.attname), ', ' ORDER BY k.ord) || ')',
+           string_agg(format('s.%I = %s', a.attname,
+                             tributary._text_as(format('(b.key ->> %L)', a.attname), a.atttypid, a.atttypmod)), ' AND ' ORDER BY k.ord),
+           string_agg(format('t.%I = %s', a.attname,
+                             tributary._text_as(format('(p.key ->> %L)', a.attname), a.atttypid, a.atttypmod)), ' AND ' ORDER BY k.ord)
       INTO key_expr, match_s, match_t
       FROM pg_catalog.pg_index i
      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
@@ -518,7 +539,7 @@ BEGIN
     nearest :=
         '(SELECT array_agg(n.l ORDER BY n.d) AS labels, array_agg(greatest(1 - n.d, 1e-6) ORDER BY n.d) AS weights,
                  count(*) AS n
-            FROM (SELECT r.%1$I::text AS l, r.%2$I OPERATOR(%3$s.<=>) s.%2$I AS d
+            FROM (SELECT tributary._text(r.%1$I) AS l, r.%2$I OPERATOR(%3$s.<=>) s.%2$I AS d
                     FROM %4$s AS r
                    WHERE r.%1$I IS NOT NULL AND r.%2$I IS NOT NULL%5$s
                    ORDER BY (r.%2$I OPERATOR(%3$s.<=>) s.%2$I)%6$s
@@ -529,7 +550,7 @@ BEGIN
     vote := CASE WHEN label_kind = 'category' THEN '(tributary.knn_vote(%1$s.labels, %1$s.weights)).prediction'
                  ELSE '(tributary.knn_mean(%1$s.labels::float8[], %1$s.weights)).prediction::text' END;
     update_sql := format(
-        'UPDATE %s AS t SET %I = CAST(p.prediction AS %s)
+        'UPDATE %s AS t SET %I = %s
            FROM (SELECT b.key, CASE WHEN a.n < $3 THEN %s ELSE %s END AS prediction
                    FROM unnest($1::jsonb[]) AS b(key)
                    JOIN %s AS s ON %s

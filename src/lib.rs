@@ -22,7 +22,7 @@ pgrx::extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap)
 pgrx::extension_sql_file!(
     "../sql/predict.sql",
     name = "predict",
-    requires = ["bootstrap"]
+    requires = ["bootstrap", "values"]
 );
 // Jobs: tables, views and the SQL side of job management (see the file's header; workers in worker/).
 pgrx::extension_sql_file!(
@@ -30,6 +30,7 @@ pgrx::extension_sql_file!(
     name = "jobs",
     requires = [
         "bootstrap",
+        "values",
         "job_trigger",
         worker::_wake_launcher,
         worker::_job_call,

@@ -9,3 +9,4 @@ pub mod learn;
 pub mod matching;
 pub mod models;
 pub mod rows;
+pub mod values;

@@ -13,5 +13,6 @@ pub mod regclass;
 pub mod relation;
 pub mod roles;
 pub mod spi;
+pub mod values;
 pub mod vector;
 pub mod xact;

@@ -7,7 +7,9 @@
 //! [`rowtext::oversized_bytes`] is left out of `row_to_json` and replaced by the start of its
 //! text ([`rowtext::oversized_text`]): a slice of a text, varchar, bpchar or json value (only
 //! that much is fetched and decompressed), or the output of any other type cut short. Rows
-//! without such a value take the same path as before, so their text does not change.
+//! without such a value take the same path as before, so their text does not change. Values
+//! of types a role made (enums, ranges, ...) are rendered by their output functions, never by a
+//! cast to json ([`crate::pg::values`]).
 
 use pgrx::prelude::*;
 use pgrx::PgTupleDesc;
@@ -75,11 +77,8 @@ pub(crate) unsafe fn record_values(
             pg_sys::heap_copy_tuple_as_datum(smaller, tupdesc.as_ptr())
         };
         pgrx::check_for_interrupts!();
-        let json = pg_sys::OidFunctionCall1Coll(
-            pg_sys::Oid::from(pg_sys::F_ROW_TO_JSON_RECORD),
-            pg_sys::InvalidOid,
-            json_of,
-        );
+        // row_to_json without any cast a role made (crate::pg::values).
+        let json = crate::pg::values::row_json(json_of, typid);
         let text = String::from_datum(json, false).unwrap_or_default();
         let mut map = rowtext::parse_row_json(&text).ok_or_else(|| {
             TributaryError::Internal(format!("row_to_json gave no JSON object: {:.80}", text))

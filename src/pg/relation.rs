@@ -16,8 +16,10 @@ use crate::pg::error::{spi_error, Result};
 #[derive(Debug)]
 pub struct Column {
     pub name: String,
-    /// `format_type()` of the column: a cast target for key values.
+    /// `format_type()` of the column: the type of key values ([`Column::from_text`]).
     pub sql_type: String,
+    /// Its type (through domains) is built in: a cast from text to it is PostgreSQL's own.
+    pub builtin: bool,
     pub timestamp: bool,
     /// vector, halfvec, sparsevec, bytea, tsvector: never part of the text.
     pub opaque: bool,
@@ -30,6 +32,20 @@ pub struct Column {
     /// Its type's equality operator (of its default btree operator class) as
     /// `OPERATOR(schema.name)`, `OPERATOR(pg_catalog.=)` when it has none; and its OID.
     pub eq: (String, Option<pg_sys::Oid>),
+}
+
+impl Column {
+    /// The SQL of the text expression `param` (a `$n` of type text) as a value of this column's
+    /// type: `CAST(param AS type)` for a built-in type, else `tributary._from_text(param,
+    /// NULL::type)` (the type's input function), so that a cast from text that a type's owner
+    /// made never runs (crate::pg::values).
+    pub fn from_text(&self, param: &str) -> String {
+        if self.builtin {
+            format!("CAST({param} AS {})", self.sql_type)
+        } else {
+            format!("tributary._from_text({param}, NULL::{})", self.sql_type)
+        }
+    }
 }
 
 /// A foreign key seen from one table: `cols` of this table match `other_cols` of `other`
@@ -235,6 +251,9 @@ fn load_table(oid: pg_sys::Oid) -> Result<Table> {
                 opaque: r.get(4).map_err(spi_error)?.unwrap_or(false),
                 readable: r.get(5).map_err(spi_error)?.unwrap_or(false),
                 wordless: r.get(6).map_err(spi_error)?.unwrap_or(false),
+                builtin: crate::pg::values::is_builtin_type(
+                    r.get(7).map_err(spi_error)?.unwrap_or(pg_sys::InvalidOid),
+                ),
                 eq: equality(r.get(7).map_err(spi_error)?.unwrap_or(pg_sys::InvalidOid)),
             });
         }

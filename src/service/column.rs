@@ -202,7 +202,7 @@ struct Plan {
 }
 
 impl Plan {
-    /// `whole_row`: the text is the row's JSON (`row_to_json`), not its `columns`.
+    /// `whole_row`: the text is the row's JSON (`tributary._row_json`), not its `columns`.
     fn new(
         tbl: pg_sys::Oid,
         columns: &[String],
@@ -251,13 +251,14 @@ impl Plan {
         }
         let target_type = target_column(tbl, target, model)?;
         let cols: Vec<String> = columns.iter().map(quote_identifier).collect();
+        // Values as text through tributary._text, never a cast a role made (src/pg/values.rs).
         let text_expr = if cols.len() == 1 {
-            format!("{}::pg_catalog.text", cols[0])
+            format!("tributary._text({})", cols[0])
         } else {
             format!(
                 "pg_catalog.concat_ws(E'\\n', {})",
                 cols.iter()
-                    .map(|c| format!("{c}::pg_catalog.text"))
+                    .map(|c| format!("tributary._text({c})"))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
@@ -266,7 +267,7 @@ impl Plan {
         let (text_expr, filter) = if whole_row {
             // t.*: the row, even when the table has a column named t.
             (
-                "pg_catalog.row_to_json(t.*)::pg_catalog.text".to_owned(),
+                "tributary._row_json(t.*)::pg_catalog.text".to_owned(),
                 format!("{target} IS NULL"),
             )
         } else {

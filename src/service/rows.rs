@@ -122,11 +122,10 @@ fn select(
         args.push(v.clone().into());
         let col = table.column(c).expect("readable checked it");
         conds.push(format!(
-            "{} {} CAST(${} AS {})",
+            "{} {} {}",
             quote_identifier(c),
             col.eq.0,
-            args.len(),
-            col.sql_type
+            col.from_text(&format!("${}", args.len()))
         ));
     }
     for (not_cols, not_values) in not {
@@ -137,11 +136,10 @@ fn select(
             args.push(v.clone().into());
             let col = table.column(c).expect("readable checked it");
             equal.push(format!(
-                "{} {} CAST(${} AS {})",
+                "{} {} {}",
                 quote_identifier(c),
                 col.eq.0,
-                args.len(),
-                col.sql_type
+                col.from_text(&format!("${}", args.len()))
             ));
         }
         conds.push(format!("({}) IS NOT TRUE", equal.join(" AND ")));
