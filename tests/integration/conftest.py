@@ -2,10 +2,11 @@
 scripts/test.sh sets to a throwaway cluster's database), with tributary created."""
 import os
 import re
-import time
 
 import psycopg
 import pytest
+
+from jobwait import connect, wait_setting
 
 
 @pytest.fixture(scope="module")
@@ -13,7 +14,7 @@ def dsn():
     dsn = os.environ.get("TRIBUTARY_TEST_DSN")
     if not dsn:
         pytest.fail("TRIBUTARY_TEST_DSN is not set: run these through scripts/test.sh")
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS tributary CASCADE")
     return dsn
 
@@ -44,14 +45,7 @@ class HostileCluster:
             pytest.fail(f"cannot read the server log {self.log} (the crash check needs it)")
 
     def connect(self, role=None, attempts=120):
-        kwargs = {"user": role} if role else {}
-        for i in range(attempts):
-            try:
-                return psycopg.connect(self.dsn, autocommit=True, **kwargs)
-            except psycopg.OperationalError:
-                if i == attempts - 1:
-                    raise
-                time.sleep(0.5)
+        return connect(self.dsn, attempts=attempts, **({"user": role} if role else {}))
 
     def su(self, sql, args=None):
         """One statement as the superuser; its rows (or None)."""
@@ -152,4 +146,5 @@ def hostile_jobs():
         c.execute("ALTER SYSTEM SET tributary.job_max_attempts = 2")
         c.execute("ALTER SYSTEM SET tributary.job_poll_interval = 200")
         c.execute("SELECT pg_reload_conf()")
+    wait_setting(cluster.dsn, "tributary.job_max_attempts", "2")
     return cluster

@@ -9,6 +9,8 @@ import time
 import psycopg
 import pytest
 
+from jobwait import connect
+
 
 def make_table(conn, name, rows, words=40):
     conn.execute(f"DROP TABLE IF EXISTS {name}")
@@ -21,9 +23,9 @@ def make_table(conn, name, rows, words=40):
 
 
 def test_cancel_stops_within_a_batch_and_leaves_table_unchanged(dsn):
-    with psycopg.connect(dsn, autocommit=True) as setup:
+    with connect(dsn) as setup:
         make_table(setup, "cancel_me", 6000)
-    with psycopg.connect(dsn, autocommit=True) as worker, psycopg.connect(dsn, autocommit=True) as ctl:
+    with connect(dsn) as worker, connect(dsn) as ctl:
         pid = worker.execute("SELECT pg_backend_pid()").fetchone()[0]
         # Warm the session so that the cancel lands in the embedding loop, not in model loading.
         worker.execute("SELECT tributary_embed('warm up')")
@@ -61,7 +63,7 @@ def test_cancel_stops_within_a_batch_and_leaves_table_unchanged(dsn):
 
 
 def test_progress_is_reported_as_notices(dsn):
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         make_table(c, "progress", 300, words=5)
         notices = []
         c.add_notice_handler(lambda d: notices.append(d.message_primary))
@@ -78,7 +80,7 @@ def test_concurrent_backends_each_embed_the_same(dsn):
     results = {}
 
     def run(k):
-        with psycopg.connect(dsn) as c:
+        with connect(dsn, autocommit=False) as c:
             results[k] = c.execute("SELECT tributary_embed(%s::text[])::text", (texts,)).fetchone()[0]
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
@@ -91,7 +93,7 @@ def test_concurrent_backends_each_embed_the_same(dsn):
 
 
 def test_error_leaves_backend_usable_and_transaction_clean(dsn):
-    with psycopg.connect(dsn) as c:
+    with connect(dsn, autocommit=False) as c:
         with pytest.raises(psycopg.errors.UndefinedObject):
             c.execute("SELECT tributary_embed('x', 'nope')")
         c.rollback()

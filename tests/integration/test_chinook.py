@@ -6,8 +6,9 @@ the numbers themselves are reported by benches/chinook_predict.py into BENCHMARK
 import os
 import sys
 
-import psycopg
 import pytest
+
+from jobwait import connect
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benches"))
 import chinook_predict  # noqa: E402
@@ -19,7 +20,7 @@ def chinook(dsn):
 
 
 def test_genre_prediction_beats_majority_baseline(chinook):
-    with psycopg.connect(chinook, autocommit=True) as conn:
+    with connect(chinook) as conn:
         for name, (column, options) in list(chinook_predict.VARIANTS.items())[:2]:
             n, _ = chinook_predict.embed(conn, column, options)
             assert n == 3503, name
@@ -34,7 +35,7 @@ def test_genre_prediction_beats_majority_baseline(chinook):
 
 
 def test_context_text_holds_parents_and_not_the_label(chinook):
-    with psycopg.connect(chinook, autocommit=True) as conn:
+    with connect(chinook) as conn:
         text = chinook_predict.example(conn, "exclude => '{genre_id}', parents => 2", track_id=1)
         assert "album.title: For Those About To Rock We Salute You" in text
         assert "album.artist.name: AC/DC" in text

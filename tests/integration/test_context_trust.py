@@ -12,15 +12,16 @@ Runs as a superuser plus the roles ctx_ann and ctx_mal, made (and dropped) here.
 import os
 import time
 
-import psycopg
 import pytest
+
+import jobwait
 
 DIM = 384  # all-MiniLM-L6-v2
 ROLES = ("ctx_ann", "ctx_mal")
 
 
 def connect(dsn, role=None):
-    return psycopg.connect(dsn, autocommit=True, **({"user": role} if role else {}))
+    return jobwait.connect(dsn, **({"user": role} if role else {}))
 
 
 def reset(dsn):

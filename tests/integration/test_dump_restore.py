@@ -9,11 +9,10 @@ import os
 import subprocess
 import time
 
-import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import pytest
 
-from jobwait import connect, wait_until
+from jobwait import connect, wait_setting, wait_until
 
 SRC, DST = "tributary_dump_src", "tributary_dump_dst"
 WORDS = ["zebra", "apple", "car engine", "banana bread", "violin", "glacier", "tax return",
@@ -26,12 +25,12 @@ def env():
     if not dsn:
         pytest.fail("TRIBUTARY_JOBS_DSN is not set: run these through scripts/test.sh")
     pgbin = os.environ.get("TRIBUTARY_PGBIN", "/usr/lib/postgresql/15/bin")
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         for db in (SRC, DST):
             c.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         c.execute(f"CREATE DATABASE {SRC}")
     yield {"dsn": dsn, "pgbin": pgbin}
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         c.execute("ALTER SYSTEM RESET tributary.max_workers")
         c.execute("SELECT pg_reload_conf()")
         for db in (SRC, DST):
@@ -86,7 +85,8 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         # with nobody asking, because the launcher finds databases created after it started.
         c.execute("ALTER SYSTEM SET tributary.max_workers = 0")
         c.execute("SELECT pg_reload_conf()")
-        time.sleep(1)
+        wait_setting(env["dsn"], "tributary.max_workers", "0")
+        time.sleep(1)   # the launcher, woken by the reload's signal, reads it at its next loop
         c.execute("SELECT pg_terminate_backend(pid, 10000) FROM tributary.workers() w WHERE w.datid = "
                   "(SELECT oid FROM pg_database WHERE datname = current_database())")
         c.execute("INSERT INTO feed VALUES (20, 'red wine'), (21, 'chess opening')")
@@ -99,7 +99,7 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
     subprocess.run([os.path.join(env["pgbin"], "pg_dump"), *conn_args, "-Fc", "-f", str(dump), SRC], check=True)
     with db(env, SRC) as c:   # the source's workers must not serve what the copy is checked on
         c.execute("SELECT tributary_job_drop(id) FROM tributary.jobs")
-    with psycopg.connect(env["dsn"], autocommit=True) as c:
+    with connect(env["dsn"]) as c:
         c.execute(f"CREATE DATABASE {DST}")
         c.execute("ALTER SYSTEM RESET tributary.max_workers")
         c.execute("SELECT pg_reload_conf()")
@@ -113,19 +113,19 @@ def test_dump_restore_keeps_jobs(env, tmp_path):
         assert worst_cosine(c, "docs")[1] == 0
         # The running continuous job goes on by itself: the two rows restored in its queue are
         # embedded by a worker nobody asked for (loading the job's row asks the launcher), ...
-        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 12, 60,
+        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 12, 180,
                    "the restored queue drained by a worker nobody asked for")
         # ... and its restored triggers queue new and changed rows, which get embedded.
         c.execute("INSERT INTO feed VALUES (11, 'tax return deadline'), (12, 'oak tree leaves')")
         c.execute("UPDATE feed SET body = 'jet engine repair' WHERE id = 1")
-        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 15, 60, "new rows embedded")
-        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 8, 60, "partitioned job caught up")
+        wait_until(lambda j: job(c, j), cont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 15, 180, "new rows embedded")
+        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 8, 180, "partitioned job caught up")
         c.execute("INSERT INTO pfeed_us VALUES (100, 'us', 'violin concerto'), (101, 'us', 'red wine')")
         c.execute("INSERT INTO pfeed VALUES (102, 'eu', 'glacier melt')")
-        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 11, 60, "partitioned job's new rows")
+        wait_until(lambda j: job(c, j), pcont, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 11, 180, "partitioned job's new rows")
         # The paused one resumes where the dump left it.
         c.execute("SELECT tributary_job_resume(%s)", (paused,))
-        wait_until(lambda j: job(c, j), paused, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 2, 60, "restored queue drained")
+        wait_until(lambda j: job(c, j), paused, lambda j: j["rows_queued"] == 0 and j["rows_done"] == 2, 180, "restored queue drained")
         # A new job gets a new id, its queue collides with nothing.
         c.execute("CREATE TABLE more (id int PRIMARY KEY, body text, e vector(384))")
         c.execute("INSERT INTO more SELECT i, (%s::text[])[1 + i %% 12] FROM generate_series(1, 20) i", (WORDS,))

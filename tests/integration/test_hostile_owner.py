@@ -17,7 +17,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from test_hostile import DIM, error_of, expect, job, no_crash, one, sqlstate, wait_job  # noqa: F401 (no_crash: autouse)
+from jobwait import connect
+from test_hostile import DIM, JOB_WAIT, error_of, expect, job, no_crash, one, sqlstate, wait_job  # noqa: F401 (no_crash: autouse)
 
 # alice's bait: run by a superuser it makes alice one; run by boss it copies boss's payroll.
 BAIT = [
@@ -92,16 +93,16 @@ def test_superuser_job_on_alices_table_acts_as_alice(owned):
     once = cl.su("SELECT tributary_job_create('alice.su_once', '{body}', 'e')")[0][0]
     cont = cl.su("SELECT tributary_job_create('alice.su_cont', '{body}', 'e', mode => 'continuous')")[0][0]
     assert {r[0] for r in cl.su("SELECT owner::text FROM tributary.jobs WHERE id IN (%s, %s)", (once, cont))} == {"alice"}
-    wait_job(cl, once, done, 60, "done")
+    wait_job(cl, once, done, JOB_WAIT, "done")
     with cl.connect("alice") as a:
         a.execute("INSERT INTO alice.su_cont VALUES (5, 'a later row')")
-    wait_job(cl, cont, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, 60, "the later row embedded")
+    wait_job(cl, cont, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, JOB_WAIT, "the later row embedded")
     safe(cl)
     assert embedded(cl, "alice.su_once") == (4, 4)
     assert embedded(cl, "alice.su_cont") == (5, 5)
     # Resumed by the superuser: the requeue runs as alice too.
     cl.su("SELECT tributary_job_resume(%s)", (once,))
-    wait_job(cl, once, done, 60, "done again")
+    wait_job(cl, once, done, JOB_WAIT, "done again")
     safe(cl)
 
 
@@ -119,7 +120,7 @@ def test_member_role_job_acts_as_alice(owned):
     with cl.connect("boss") as b:
         b.execute("SELECT tributary_job_pause(%s)", (job_id,))
         b.execute("SELECT tributary_job_resume(%s)", (job_id,))
-    wait_job(cl, job_id, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, 60, "all rows embedded")
+    wait_job(cl, job_id, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, JOB_WAIT, "all rows embedded")
     safe(cl)
     assert cl.su("SELECT owner::text FROM tributary.jobs WHERE id = %s", (job_id,)) == [("alice",)]
 
@@ -134,7 +135,7 @@ def test_chunk_job_made_by_a_superuser_belongs_to_alice(owned):
     job_id = cl.su("SELECT tributary_chunk_job_create('alice.su_chunked', 'body', 'su_chunks', chunk_tokens => 16)")[0][0]
     with cl.connect("alice") as a:
         a.execute("INSERT INTO alice.su_chunked VALUES (5, 'a later row about owners and roles')")
-    wait_job(cl, job_id, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, 60, "the chunks embedded")
+    wait_job(cl, job_id, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, JOB_WAIT, "the chunks embedded")
     safe(cl)
     owners = cl.su("""
         SELECT (SELECT relowner::regrole::text FROM pg_class WHERE oid = 'alice.su_chunks'::regclass),
@@ -160,7 +161,7 @@ def test_renames_are_followed(owned):
         a.execute(f"CREATE TABLE alice.ren (id int PRIMARY KEY, body text, e vector({DIM}))")
         a.execute("INSERT INTO alice.ren SELECT g, 'row ' || g FROM generate_series(1, 3) g")
         job_id = one(a, "SELECT tributary_job_create('alice.ren', '{body}', 'e', mode => 'continuous')")
-    wait_job(cl, job_id, lambda j: j["rows_done"] >= 3, 60, "first pass")
+    wait_job(cl, job_id, lambda j: j["rows_done"] >= 3, JOB_WAIT, "first pass")
     steps = [
         ("ALTER TABLE alice.ren RENAME COLUMN body TO content", "alice.ren", "content", "e"),
         ("ALTER TABLE alice.ren RENAME COLUMN e TO emb", "alice.ren", "content", "emb"),
@@ -179,7 +180,7 @@ def test_renames_are_followed(owned):
             n += 1
             with cl.connect("alice") as a:
                 a.execute(f"INSERT INTO {table} (id, {text_col}) VALUES (%s, 'after: ' || %s)", (n, ddl))
-            j = wait_job(cl, job_id, lambda j, n=n: j["rows_done"] >= n and j["rows_queued"] == 0, 60, f"row {n} after {ddl}")
+            j = wait_job(cl, job_id, lambda j, n=n: j["rows_done"] >= n and j["rows_queued"] == 0, JOB_WAIT, f"row {n} after {ddl}")
             assert j["state"] in ("running", "pending"), j
             shown = cl.su("SELECT source::text, columns, target FROM tributary.jobs WHERE id = %s", (job_id,))[0]
             assert shown == (table, [text_col], target), f"after {ddl}: {shown}"
@@ -211,7 +212,7 @@ def test_chunk_job_follows_renames(owned):
     rows = cl.su("SELECT id, chunk FROM alice.cdoc2_chunks ORDER BY id, chunk_seq")
     assert rows == [(1, "first document, rewritten"), (2, "second document after the column rename"),
                     (3, "third document after both tables were renamed")], rows
-    wait_job(cl, job_id, lambda j: j["rows_queued"] == 0 and j["rows_done"] >= 3, 60, "chunks embedded")
+    wait_job(cl, job_id, lambda j: j["rows_queued"] == 0 and j["rows_done"] >= 3, JOB_WAIT, "chunks embedded")
     assert embedded(cl, "alice.cdoc2_chunks", "embedding") == (3, 3)
     fn = cl.su("""SELECT p.proowner::regrole::text, p.prosrc LIKE '%%alice.cdoc2_chunks%%' AND p.prosrc LIKE '%%NEW.content%%',
                          EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'x')
@@ -228,7 +229,7 @@ def test_dropped_column_stops_the_job_not_the_writers(owned):
         a.execute(f"CREATE TABLE alice.dropcol (id int PRIMARY KEY, title text, body text, e vector({DIM}))")
         a.execute("INSERT INTO alice.dropcol SELECT g, 'title ' || g, 'row ' || g FROM generate_series(1, 3) g")
         job_id = one(a, "SELECT tributary_job_create('alice.dropcol', '{title,body}', 'e', mode => 'continuous')")
-        wait_job(cl, job_id, lambda j: j["rows_done"] >= 3, 60, "first pass")
+        wait_job(cl, job_id, lambda j: j["rows_done"] >= 3, JOB_WAIT, "first pass")
         a.execute("ALTER TABLE alice.dropcol DROP COLUMN body")
         a.execute("INSERT INTO alice.dropcol (id, title) VALUES (4, 'written after the drop')")
         j = job(cl, job_id)
@@ -240,7 +241,7 @@ def test_dropped_column_stops_the_job_not_the_writers(owned):
         a.execute("CREATE TABLE alice.dropcol2 (id int PRIMARY KEY, body text)")
         a.execute("INSERT INTO alice.dropcol2 SELECT g, 'row ' || g FROM generate_series(1, 3) g")
         job2 = one(a, "SELECT tributary_job_create('alice.dropcol2', '{body}', 'e', target_table => 'dropcol2_emb', mode => 'continuous')")
-        wait_job(cl, job2, lambda j: j["rows_done"] >= 3, 60, "first pass")
+        wait_job(cl, job2, lambda j: j["rows_done"] >= 3, JOB_WAIT, "first pass")
         a.execute("ALTER TABLE alice.dropcol2_emb DROP COLUMN e")
         a.execute("INSERT INTO alice.dropcol2 VALUES (4, 'written after the drop')")
         a.execute("UPDATE alice.dropcol2 SET body = 'changed' WHERE id = 1")
@@ -258,13 +259,13 @@ def test_owner_changes_move_the_job(owned):
         a.execute(f"CREATE TABLE alice.moved (id int PRIMARY KEY, body text, e vector({DIM}))")
         a.execute("INSERT INTO alice.moved SELECT g, 'row ' || g FROM generate_series(1, 3) g")
         job_id = one(a, "SELECT tributary_job_create('alice.moved', '{body}', 'e', mode => 'continuous')")
-    wait_job(cl, job_id, lambda j: j["rows_done"] >= 3, 60, "first pass")
+    wait_job(cl, job_id, lambda j: j["rows_done"] >= 3, JOB_WAIT, "first pass")
     cl.su("GRANT USAGE ON SCHEMA alice TO bob")
     try:
         cl.su("ALTER TABLE alice.moved OWNER TO bob")
         with cl.connect("bob") as b:
             b.execute("INSERT INTO alice.moved VALUES (4, 'written by the new owner')")
-        wait_job(cl, job_id, lambda j: j["rows_done"] >= 4 and j["rows_queued"] == 0, 60, "bob's row embedded")
+        wait_job(cl, job_id, lambda j: j["rows_done"] >= 4 and j["rows_queued"] == 0, JOB_WAIT, "bob's row embedded")
         assert cl.su("SELECT owner::text FROM tributary.jobs WHERE id = %s", (job_id,)) == [("bob",)]
         with cl.connect("alice") as a:   # no longer hers
             expect(a, "INSERT INTO alice.moved VALUES (5, 'x')", "42501")
@@ -284,19 +285,19 @@ def test_owner_changes_move_the_job(owned):
             d.execute("INSERT INTO dora.t SELECT g, 'row ' || g FROM generate_series(1, 3) g")
         with cl.connect("maker") as m:
             cont = one(m, "SELECT tributary_job_create('dora.t', '{body}', 'e', mode => 'continuous')")
-        wait_job(cl, cont, lambda j: j["rows_done"] >= 3, 60, "first pass")
+        wait_job(cl, cont, lambda j: j["rows_done"] >= 3, JOB_WAIT, "first pass")
         with cl.connect() as c:
             c.execute("DROP ROLE maker")        # made the job, owns nothing
         with cl.connect("dora") as d:
             d.execute("INSERT INTO dora.t VALUES (4, 'after the job maker was dropped')")
-        wait_job(cl, cont, lambda j: j["rows_done"] >= 4 and j["rows_queued"] == 0, 60, "row 4 embedded")
+        wait_job(cl, cont, lambda j: j["rows_done"] >= 4 and j["rows_queued"] == 0, JOB_WAIT, "row 4 embedded")
         with cl.connect() as c:
             c.execute("REASSIGN OWNED BY dora TO carol")
             c.execute("DROP OWNED BY dora")
             c.execute("DROP ROLE dora")
         with cl.connect("carol") as k:
             k.execute("INSERT INTO dora.t VALUES (5, 'written by the new owner after REASSIGN OWNED')")
-        wait_job(cl, cont, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, 60, "row 5 embedded")
+        wait_job(cl, cont, lambda j: j["rows_done"] >= 5 and j["rows_queued"] == 0, JOB_WAIT, "row 5 embedded")
         assert cl.su("SELECT owner::text FROM tributary.jobs WHERE id = %s", (cont,)) == [("carol",)]
         assert embedded(cl, "dora.t") == (5, 5)
     finally:
@@ -319,19 +320,19 @@ def test_drop_extension_cascade_leaves_writers_working(owned):
         c.execute("CREATE DATABASE tributary_dropext")
     dsn = make_conninfo(cl.dsn, dbname="tributary_dropext")
     try:
-        with psycopg.connect(dsn, autocommit=True) as c:
+        with connect(dsn) as c:
             c.execute("CREATE EXTENSION tributary CASCADE")
             c.execute("GRANT CREATE ON SCHEMA public TO alice")
-        with psycopg.connect(dsn, autocommit=True, user="alice") as a:
+        with connect(dsn, user="alice") as a:
             a.execute(f"CREATE TABLE docs (id int PRIMARY KEY, body text, e vector({DIM}))")
             a.execute("INSERT INTO docs SELECT g, 'row ' || g FROM generate_series(1, 3) g")
             a.execute("SELECT tributary_job_create('docs', '{body}', 'e', mode => 'continuous')")
             a.execute("SELECT tributary_chunk_job_create('docs', 'body', 'docs_chunks')")
-        with psycopg.connect(dsn, autocommit=True) as c:
+        with connect(dsn) as c:
             # Both jobs' first rows embedded first: a worker busy with a batch holds locks that
             # DROP EXTENSION would wait for in the other order (a deadlock PostgreSQL resolves by
             # cancelling one of the two; that race is not what this test is about).
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + JOB_WAIT
             while c.execute("SELECT count(*) FILTER (WHERE rows_done >= 3 AND rows_queued = 0) = 2"
                             " FROM tributary.jobs").fetchone()[0] is not True:
                 assert time.monotonic() < deadline, c.execute("SELECT * FROM tributary.jobs").fetchall()
@@ -345,7 +346,7 @@ def test_drop_extension_cascade_leaves_writers_working(owned):
                         raise
                     time.sleep(0.5)
             left = c.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'docs'::regclass AND NOT tgisinternal").fetchone()[0]
-        with psycopg.connect(dsn, autocommit=True, user="alice") as a:
+        with connect(dsn, user="alice") as a:
             a.execute("INSERT INTO docs (id, body) VALUES (4, 'after DROP EXTENSION')")
             a.execute("UPDATE docs SET body = 'changed' WHERE id = 1")
         assert left == 0

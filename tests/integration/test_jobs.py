@@ -18,7 +18,7 @@ import time
 import psycopg
 import pytest
 
-from jobwait import connect, wait_until
+from jobwait import connect, wait_setting, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,6 +46,7 @@ def cluster():
         c.execute("ALTER SYSTEM SET tributary.job_max_attempts = 2")
         c.execute("ALTER SYSTEM SET tributary.job_poll_interval = 200")
         c.execute("SELECT pg_reload_conf()")
+    wait_setting(dsn, "tributary.job_max_attempts", "2")
     return {"dsn": dsn, "pgdata": pgdata, "pgbin": pgbin}
 
 
@@ -75,14 +76,20 @@ def as_pg(cmd):
     return (["sudo", "-u", "postgres", "--"] if os.getuid() == 0 else []) + cmd
 
 
-def busy_worker(dsn, job_id, tries=100):
-    """pid of a worker running a batch of the job (it shows in pg_stat_activity), looked for
-    every 50 ms up to `tries` times; None if there was none."""
-    for _ in range(tries):
-        rows = query(dsn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker' "
-                          "AND state = 'active' AND query LIKE %s", (f"tributary job {job_id} %",))
-        if rows:
-            return rows[0][0]
+def busy_workers(dsn, job_id):
+    """pids of the workers running a batch of the job (they show in pg_stat_activity)."""
+    return [r[0] for r in query(dsn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker' "
+                                     "AND state = 'active' AND query LIKE %s", (f"tributary job {job_id} %",))]
+
+
+def busy_worker(dsn, job_id, timeout=120):
+    """pid of a worker running a batch of the job, looked for every 50 ms for up to `timeout` s
+    (a new worker loads the model first); None if there was none."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = busy_workers(dsn, job_id)
+        if pids:
+            return pids[0]
         time.sleep(0.05)
     return None
 
@@ -215,7 +222,11 @@ def test_pause_cancel_backend_and_terminate_stop_within_a_batch(cluster):
     wait_for(dsn, job_id, lambda j: j["rows_done"] >= 256, 300, "256 rows")
     with connect(dsn) as c:
         c.execute("SELECT tributary_job_pause(%s)", (job_id,))
-        time.sleep(1.0)
+        # The batch in flight ends (however long it takes here); then nothing moves.
+        deadline = time.monotonic() + 120
+        while busy_workers(dsn, job_id):
+            assert time.monotonic() < deadline, "a batch still ran 120 s after the pause"
+            time.sleep(0.05)
         paused_at = job(dsn, job_id)["rows_done"]
         time.sleep(2.0)
         assert job(dsn, job_id)["rows_done"] == paused_at
@@ -225,7 +236,7 @@ def test_pause_cancel_backend_and_terminate_stop_within_a_batch(cluster):
     # pg_cancel_backend and pg_terminate_backend on the worker mid-batch: the batch is rolled
     # back, the launcher starts a new worker, nothing is lost or written twice.
     for fn in ("pg_cancel_backend", "pg_terminate_backend"):
-        pid = busy_worker(dsn, job_id, tries=200)
+        pid = busy_worker(dsn, job_id)
         assert pid
         assert query(dsn, f"SELECT {fn}(%s)", (pid,))[0][0]
         time.sleep(0.5)
@@ -356,7 +367,8 @@ def test_job_prompt_truncation_count_and_the_columns_model(cluster):
         c.execute("ALTER SYSTEM SET tributary.truncation = 'error'")
         c.execute("SELECT pg_reload_conf()")
     try:
-        time.sleep(1.0)
+        wait_setting(dsn, "tributary.truncation", "error")
+        time.sleep(1.0)   # the idle worker, woken by the reload's signal, reads it at its next loop
         with connect(dsn) as c:
             c.execute("INSERT INTO manpages VALUES (52, repeat('too long ', 400)), (53, 'a short page')")
         j = wait_until(full, job_id, lambda j: j["rows_done"] == 52 and j["rows_failed"] == 1, 300, "52 rows, 1 failed")

@@ -19,7 +19,7 @@ import time
 import psycopg
 import pytest
 
-from jobwait import connect, wait_until
+from jobwait import connect, wait_setting, wait_until
 
 COUNT_WRITES = """
 CREATE OR REPLACE FUNCTION count_writes() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -90,7 +90,7 @@ def launcher_pid(dsn):
     return rows[0][0] if rows else None
 
 
-def wait_new_launcher(dsn, old, timeout=30):
+def wait_new_launcher(dsn, old, timeout=120):
     """pid of a launcher other than `old`, waited for up to `timeout` s (restart time: 5 s)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -124,9 +124,11 @@ def assert_embedded_once(dsn, table, n):
     assert worst[1] == n and worst[0] < 1e-4
 
 
-def busy_worker(dsn, job_id, tries=200):
-    """pid of a worker running a batch of the job, looked for every 50 ms; None if none."""
-    for _ in range(tries):
+def busy_worker(dsn, job_id, timeout=120):
+    """pid of a worker running a batch of the job, looked for every 50 ms for up to `timeout` s;
+    None if none."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         rows = query(dsn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'tributary worker' "
                           "AND state = 'active' AND query LIKE %s", (f"tributary job {job_id} %",))
         if rows:
@@ -268,7 +270,7 @@ def test_idle_continuous_worker_keeps_its_session_and_wakes_on_new_rows(cluster)
     db_workers = "SELECT array_agg(pid ORDER BY pid) FROM tributary.workers() WHERE datid = " \
                  "(SELECT oid FROM pg_database WHERE datname = current_database())"
     # Workers of other jobs may still be leaving: wait for the one that stays.
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while len(query(dsn, db_workers)[0][0] or []) != 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     keeper = query(dsn, db_workers)[0][0]
@@ -290,6 +292,7 @@ def test_idle_continuous_worker_keeps_its_session_and_wakes_on_new_rows(cluster)
         c.execute("ALTER SYSTEM SET tributary.job_poll_interval = '60s'")
         c.execute("SELECT pg_reload_conf()")
     try:
+        wait_setting(dsn, "tributary.job_poll_interval", "60000")
         time.sleep(1.5)   # the keeper's current wait (200 ms) ends; it now waits up to 60 s
         query(dsn, "INSERT INTO dba_idle VALUES (41, 'a row after the quiet')")
         wait_for(dsn, job_id, lambda j: j["rows_done"] == 41, 30, "the new row (woken by the trigger)")
@@ -318,11 +321,12 @@ def test_jobs_view_says_waiting_when_no_worker_can_serve(cluster):
     with connect(dsn) as c:
         c.execute("ALTER SYSTEM SET tributary.max_workers = 0")
         c.execute("SELECT pg_reload_conf()")
-        time.sleep(0.5)
+        wait_setting(dsn, "tributary.max_workers", "0")
+        time.sleep(0.5)   # the launcher, woken by the reload's signal, reads it at its next loop
         c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                   "WHERE backend_type = 'tributary worker' AND datname = current_database()")
     try:
-        j = wait_for(dsn, job_id, lambda j: j["state"] != "running", 30, "not running")
+        j = wait_for(dsn, job_id, lambda j: j["state"] != "running", 120, "not running")
         assert j["state"] == "waiting", j
         assert j["worker_pids"] == [] and j["waiting_for"] == "tributary.max_workers above 0"
         time.sleep(2.0)   # and it stays so: no worker comes
@@ -333,7 +337,7 @@ def test_jobs_view_says_waiting_when_no_worker_can_serve(cluster):
         with connect(dsn) as c:
             c.execute("ALTER SYSTEM RESET tributary.max_workers")
             c.execute("SELECT pg_reload_conf()")
-    wait_for(dsn, job_id, lambda j: j["state"] == "running" and j["worker_pids"], 60, "running again")
+    wait_for(dsn, job_id, lambda j: j["state"] == "running" and j["worker_pids"], 120, "running again")
     j = wait_for(dsn, job_id, lambda j: j["state"] in ("done", "failed"), 600, "done")
     assert j["state"] == "done" and j["rows_done"] == n
     assert_embedded_once(dsn, "dba_nowork", n)

@@ -23,12 +23,14 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 import pytest
 
+import jobwait
+
 DB = "tributary_learn"
 ROLES = ("learn_alice", "learn_bob")
 
 
 def connect(dsn, **kw):
-    return psycopg.connect(dsn, autocommit=True, **kw)
+    return jobwait.connect(dsn, **kw)
 
 
 @pytest.fixture(scope="module")

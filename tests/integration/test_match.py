@@ -9,6 +9,8 @@ import random
 import psycopg
 import pytest
 
+from jobwait import connect
+
 ADJ = ["scalable", "robust", "adaptive", "efficient", "incremental", "distributed", "approximate",
        "probabilistic", "secure", "declarative", "parallel", "streaming"]
 NOUN = ["query processing", "index structures", "entity resolution", "schema matching", "data cleaning",
@@ -91,7 +93,7 @@ def people(n=150, partners=12, seed=11):
 
 @pytest.fixture(scope="module")
 def conn(dsn):
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         c.execute("SET tributary.progress_interval = 0")
         c.execute("DROP SCHEMA IF EXISTS tm CASCADE")
         c.execute("CREATE SCHEMA tm")

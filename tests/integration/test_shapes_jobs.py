@@ -7,10 +7,9 @@ distance to `tributary_embed(body)` under 1e-4) and that no row with text is lef
 """
 import os
 
-import psycopg
 import pytest
 
-from jobwait import wait_until
+from jobwait import connect, wait_until
 
 LEAVES = ["us_old", "us_new", "us_other", "eu", "other"]
 # (region, year) of a row in each leaf of the tree below.
@@ -23,7 +22,7 @@ def dsn():
     dsn = os.environ.get("TRIBUTARY_JOBS_DSN")
     if not dsn:
         pytest.fail("TRIBUTARY_JOBS_DSN is not set: run these through scripts/test.sh")
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         c.execute("CREATE EXTENSION IF NOT EXISTS tributary CASCADE")
         c.execute("ALTER SYSTEM SET tributary.job_poll_interval = 200")
         c.execute("SELECT pg_reload_conf()")
@@ -32,10 +31,6 @@ def dsn():
         c.execute("DROP SCHEMA IF EXISTS shapes CASCADE")
         c.execute("CREATE SCHEMA shapes")
     return dsn
-
-
-def connect(dsn):
-    return psycopg.connect(dsn, autocommit=True)
 
 
 def one(c, sql, args=None):

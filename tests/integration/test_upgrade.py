@@ -5,15 +5,14 @@ object for object, as a fresh install of the current version.
 
 Runs on the jobs cluster (TRIBUTARY_JOBS_DSN), in two databases of its own.
 """
+import ast
 import difflib
 import os
-import time
 
-import psycopg
 from psycopg.conninfo import make_conninfo
 import pytest
 
-from jobwait import wait_until
+from jobwait import connect, wait_until
 
 OLD = "0.1.0"
 UPD, FRESH = "tributary_upgrade", "tributary_upgrade_fresh"
@@ -69,7 +68,7 @@ def env():
     dsn = os.environ.get("TRIBUTARY_JOBS_DSN")
     if not dsn:
         pytest.fail("TRIBUTARY_JOBS_DSN is not set: run these through scripts/test.sh")
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         for name in (UPD, FRESH):
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             c.execute(f"CREATE DATABASE {name}")
@@ -78,13 +77,13 @@ def env():
     assert OLD in versions, f"tributary {OLD} is not installed beside {current}: scripts/setup.sh copies sql/versions/"
     assert current != OLD
     yield {"dsn": dsn, "current": current}
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn) as c:
         for name in (UPD, FRESH):
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def db(env, name):
-    return psycopg.connect(make_conninfo(env["dsn"], dbname=name), autocommit=True)
+    return connect(make_conninfo(env["dsn"], dbname=name))
 
 
 def job(c, job_id):
@@ -119,7 +118,7 @@ def test_update_from_0_1_0(env):
         # The job goes on: new and changed rows are embedded by the updated extension.
         c.execute("INSERT INTO notes VALUES (4, 'banana bread'), (5, 'violin')")
         c.execute("UPDATE notes SET body = 'glacier' WHERE id = 1")
-        j = wait_until(lambda j: job(c, j), jid, lambda j: j["rows_done"] == 6 and j["rows_queued"] == 0, 60, "job caught up after the update")
+        j = wait_until(lambda j: job(c, j), jid, lambda j: j["rows_done"] == 6 and j["rows_queued"] == 0, 180, "job caught up after the update")
         assert j["state"] == "running"
         worst, missing = c.execute("SELECT min(1 - (e <=> tributary_embed(body, 'minilm-registered'))), "
                                    "count(*) FILTER (WHERE e IS NULL) FROM notes").fetchone()
@@ -128,7 +127,7 @@ def test_update_from_0_1_0(env):
         c.execute("CREATE TABLE more (id int PRIMARY KEY, body text, e vector(384))")
         c.execute("INSERT INTO more VALUES (1, 'oak tree'), (2, 'red wine')")
         new = c.execute("SELECT tributary_job_create('more', '{body}', 'e')").fetchone()[0]
-        wait_until(lambda j: job(c, j), new, lambda j: j["state"] == "done", 60, "new job done")
+        wait_until(lambda j: job(c, j), new, lambda j: j["state"] == "done", 180, "new job done")
         # A predictor (0.9.0) trained and applied in the updated database, over the rows embedded
         # by the job made under 0.1.0.
         c.execute("ALTER TABLE notes ADD COLUMN kind text, ADD COLUMN guess text")
@@ -147,6 +146,58 @@ def test_update_from_0_1_0(env):
         pytest.fail("the updated extension differs from a fresh install:\n" + diff[:20000])
 
 
+def test_a_wait_loop_reads_the_jobs_view_across_the_update(env):
+    """A wait loop's `SELECT * FROM tributary.jobs WHERE id = %s`, run more than five times
+    (psycopg then prepares it on the server) on one connection made as the tests make theirs,
+    before and after ALTER EXTENSION tributary UPDATE, which changes the view's columns: every
+    read works (a prepared one failed with "cached plan must not change result type", 0A000).
+    The update runs on another connection: psycopg 3.3 forgets its prepared statements after an
+    ALTER on their own connection, psycopg 3.2 (Debian trixie's) only after a DROP."""
+    name = "tributary_upgrade_poll"
+    with connect(env["dsn"]) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        c.execute(f"CREATE DATABASE {name}")
+    try:
+        with db(env, name) as c, db(env, name) as poll:
+            c.execute(f"CREATE EXTENSION tributary VERSION '{OLD}' CASCADE")
+            c.execute("CREATE TABLE notes (id int PRIMARY KEY, body text, e vector(384))")
+            jid = c.execute("SELECT tributary_job_create('notes', '{body}', 'e')").fetchone()[0]
+            before = [job(poll, jid) for _ in range(8)]
+            c.execute("ALTER EXTENSION tributary UPDATE")
+            after = [job(poll, jid) for _ in range(8)]
+        assert [j["id"] for j in before + after] == [jid] * 16
+        assert list(after[0]) != list(before[0]), "the update did not change tributary.jobs' columns"
+    finally:
+        with connect(env["dsn"]) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_every_connection_of_the_tests_survives_ddl():
+    """Every psycopg connection in tests/integration is made by jobwait.connect or passes
+    prepare_threshold=None itself (see the test above): no statement is prepared on the server."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def from_psycopg(node):
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id == "psycopg"
+
+    bad = []
+    for name in sorted(f for f in os.listdir(here) if f.endswith(".py")):
+        with open(os.path.join(here, name)) as f:
+            tree = ast.parse(f.read(), name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("psycopg") \
+                    and any(a.name in ("connect", "Connection", "AsyncConnection") for a in node.names):
+                bad.append(f"{name}:{node.lineno}: imports psycopg's connect or Connection")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "connect" and from_psycopg(node.func.value) \
+                    and not any(k.arg == "prepare_threshold" and isinstance(k.value, ast.Constant) and k.value.value is None
+                                for k in node.keywords):
+                bad.append(f"{name}:{node.lineno}: psycopg connect without prepare_threshold=None")
+    assert not bad, "connect through jobwait.connect:\n" + "\n".join(sorted(bad))
+
+
 PREVIOUS = "0.9.0"
 
 
@@ -156,7 +207,7 @@ def test_matching_after_update_from_0_9_0(env):
     probabilities, min_precision and the explanation work, and the updated extension is the same
     as a fresh install."""
     name = "tributary_upgrade_090"
-    with psycopg.connect(env["dsn"], autocommit=True) as c:
+    with connect(env["dsn"]) as c:
         versions = {r[0] for r in c.execute("SELECT version FROM pg_available_extension_versions WHERE name = 'tributary'")}
         assert PREVIOUS in versions, f"tributary {PREVIOUS} cannot be installed (sql/versions/ and the update scripts)"
         c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -201,5 +252,5 @@ def test_matching_after_update_from_0_9_0(env):
                                                   lineterm="", n=1))
             pytest.fail("the extension updated from 0.9.0 differs from a fresh install:\n" + diff[:20000])
     finally:
-        with psycopg.connect(env["dsn"], autocommit=True) as c:
+        with connect(env["dsn"]) as c:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
