@@ -74,7 +74,7 @@ max_worker_processes = 16" cluster_start "$name" "$((55500 + major))" || return 
   TRIBUTARY_JOBS_PGDATA=/tmp/tributary-$name/data TRIBUTARY_PGBIN=$PGBIN \
     "$python" -m pytest -q -p no:cacheprovider tests/integration/test_upgrade.py tests/integration/test_dump_restore.py \
       "tests/integration/test_jobs.py::test_crash_kill9_and_immediate_stop_embed_every_row_exactly_once" \
-      tests/integration/test_search_path.py tests/integration/test_context_trust.py | tee "$log"
+      tests/integration/test_search_path.py tests/integration/test_hostile_types.py tests/integration/test_context_trust.py | tee "$log"
   rc=${PIPESTATUS[0]}
   count "$(tests_ran pytest "$log")"
   cluster_destroy "$name"

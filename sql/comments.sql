@@ -143,3 +143,4 @@ COMMENT ON FUNCTION tributary._row_jsonb(anyelement) IS 'Internal: to_jsonb(row)
 COMMENT ON FUNCTION tributary._jsonb(anyelement) IS 'Internal: to_jsonb(value) without any cast to json a role made.';
 COMMENT ON FUNCTION tributary._from_text(text, anyelement) IS 'Internal: the value of the second argument''s type that a text stands for, through the type''s input function (never a cast from text a role made).';
 COMMENT ON FUNCTION tributary._text_as(text, oid, integer) IS 'Internal: the SQL of a text expression as a value of a type: CAST for built-in types, tributary._from_text for others.';
+COMMENT ON FUNCTION tributary._base_type(oid) IS 'Internal: the base type of a type (through domains).';

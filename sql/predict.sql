@@ -63,19 +63,24 @@ RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
         hint => 'Neighbours are found by an embedding column; fill one with tributary_embed_column.')
 $$;
 
+-- The base type of `typ`: itself, or for a domain (over a domain ...) the type under it.
+CREATE FUNCTION tributary._base_type(typ oid)
+RETURNS oid LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE d(oid, base) AS (
+        SELECT t.oid, t.typbasetype FROM pg_catalog.pg_type t WHERE t.oid OPERATOR(pg_catalog.=) typ
+        UNION ALL
+        SELECT t.oid, t.typbasetype FROM d JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.base
+         WHERE d.base OPERATOR(pg_catalog.<>) 0::pg_catalog.oid)
+    SELECT d.oid FROM d WHERE d.base OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+$$;
+
 -- The SQL of `expr` (an expression of type text) as a value of type `typ` (typmod `typmod`):
 -- CAST(expr AS type) when `typ` (through domains) is built in, whose casts from text are
 -- PostgreSQL's own; otherwise tributary._from_text(expr, NULL::type), the type's input
 -- function: a cast from text that a type's owner made never runs (src/pg/values.rs).
 CREATE FUNCTION tributary._text_as(expr text, typ oid, typmod integer)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    WITH RECURSIVE d(oid, base) AS (
-        SELECT t.oid, t.typbasetype FROM pg_catalog.pg_type t WHERE t.oid OPERATOR(pg_catalog.=) typ
-        UNION ALL
-        SELECT t.oid, t.typbasetype FROM d JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.base
-         WHERE d.base OPERATOR(pg_catalog.<>) 0::pg_catalog.oid)
-    SELECT CASE WHEN (SELECT d.oid FROM d WHERE d.base OPERATOR(pg_catalog.=) 0::pg_catalog.oid)
-                     OPERATOR(pg_catalog.<) 16384::pg_catalog.oid
+    SELECT CASE WHEN tributary._base_type(typ) OPERATOR(pg_catalog.<) 16384::pg_catalog.oid
                 THEN pg_catalog.format('CAST(%s AS %s)', expr, pg_catalog.format_type(typ, typmod))
                 ELSE pg_catalog.format('tributary._from_text(%s, NULL::%s)', expr, pg_catalog.format_type(typ, typmod)) END
 $$;
@@ -228,7 +233,7 @@ END $$;
 -- 42703 unknown group_by column.
 -- Forward in time: with `split_column` and `split_at` (both or neither; 22023 with one), the rows
 -- with split_column < split_at train and those with split_column >= split_at are tested
--- (split_at is cast to split_column's type: CAST(split_at AS type)); rows with a NULL
+-- (split_at is cast to split_column's base type, through domains: CAST(split_at AS type)); rows with a NULL
 -- split_column are in neither, and a NOTICE counts them. group_by, test_fraction and seed are
 -- then not used (still checked). Errors: 42703 unknown split_column; the cast's own error for a
 -- bad split_at (22P02 for a number, 22007 for a date...); 22023 a side with no rows (DETAIL: the
@@ -257,7 +262,8 @@ DECLARE
     lowest text;
     highest text;
     split_type text;
-    split_value text;    -- split_at cast to split_column's type, as an SQL expression
+    split_value text;    -- split_at cast to split_column's (base) type, as an SQL expression
+    split_expr text;     -- split_column as its base type, as an SQL expression
     split_text text;     -- that value, as text
     split_desc text;     -- the result's column split
     groups text;
@@ -295,24 +301,28 @@ BEGIN
         group_expr := format('tributary._text(t.%I)', group_by);
     END IF;
     IF split_column IS NOT NULL THEN
-        SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) INTO split_type
-          FROM pg_catalog.pg_attribute a
+        -- Compared as the column's base type (through domains): a domain's CHECK never runs on
+        -- split_at, and a domain over an enum compares with the enum's operators.
+        SELECT pg_catalog.format_type(b.oid, CASE WHEN b.oid OPERATOR(pg_catalog.=) a.atttypid THEN a.atttypmod END)
+          INTO split_type
+          FROM pg_catalog.pg_attribute a CROSS JOIN LATERAL (SELECT tributary._base_type(a.atttypid) AS oid) b
          WHERE a.attrelid = tbl AND a.attname = split_column AND a.attnum > 0 AND NOT a.attisdropped;
         IF split_type IS NULL THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', split_column, tbl USING ERRCODE = '42703';
         END IF;
+        split_expr := format('CAST(t.%I AS %s)', split_column, split_type);
         -- Cast once here, so that a bad split_at fails with the cast's own error before any scan.
         -- A literal: CAST('...' AS type) reads it with the type's input function, never a cast
         -- from text a role made; back to text through tributary._text.
         EXECUTE format('SELECT tributary._text(CAST(%L AS %s))', split_at, split_type) INTO split_text;
         split_value := format('CAST(%L AS %s)', split_at, split_type);
         -- Rows with a NULL split_column are in neither side (the filter below leaves them out).
-        held_out := format('t.%I >= %s', split_column, split_value);
+        held_out := format('%s >= %s', split_expr, split_value);
         EXECUTE format(
-            'SELECT count(*) FILTER (WHERE t.%1$I >= %2$s), count(*) FILTER (WHERE t.%1$I < %2$s),
-                    count(*) FILTER (WHERE t.%1$I IS NULL), tributary._text(min(t.%1$I)), tributary._text(max(t.%1$I))
+            'SELECT count(*) FILTER (WHERE %1$s >= %2$s), count(*) FILTER (WHERE %1$s < %2$s),
+                    count(*) FILTER (WHERE %1$s IS NULL), tributary._text(min(%1$s)), tributary._text(max(%1$s))
                FROM %3$s AS t WHERE t.%4$I IS NOT NULL AND t.%5$I IS NOT NULL',
-            split_column, split_value, tbl, label, embedding)
+            split_expr, split_value, tbl, label, embedding)
           INTO n_test, n_train, n_null, lowest, highest;
         split_desc := format('forward: %1$s < %2$s trains, %1$s >= %2$s tests', quote_ident(split_column), split_text);
         IF n_test + n_train + n_null = 0 THEN
