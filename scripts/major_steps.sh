@@ -11,9 +11,9 @@
 #            cluster (port 55400+MAJOR); on every major but 15 (whose release build setup
 #            installed) the debug build of the extension is installed first
 #   jobs     the update from 0.1.0, dump and restore with a job, the jobs' crash test, and the
-#            hostile search_path and context trust tests (tests/integration/test_upgrade.py,
-#            test_dump_restore.py, test_jobs.py's crash test, test_search_path.py,
-#            test_context_trust.py) on a cluster with tributary in
+#            hostile search_path, hostile types and context trust tests
+#            (tests/integration/test_upgrade.py, test_dump_restore.py, test_jobs.py's crash test,
+#            test_search_path.py, test_hostile_types.py, test_context_trust.py) on a cluster with tributary in
 #            shared_preload_libraries (port 55500+MAJOR)
 #   pgrx     the in-backend tests (#[pg_test]), cargo pgrx test pgMAJOR
 #

@@ -10,8 +10,9 @@
 #      scripts/major_steps.sh: the SQL golden tests (tests/pg_regress: input .sql, expected .out)
 #      on a throwaway cluster of that major; on 18 also clippy with its feature (the code differs
 #      between majors only as 15 and 16 against 17 and 18); on 16, 17 and 18 the update from 0.1.0, dump and restore with a job, the jobs' crash test
-#      and the hostile search_path and context trust tests (tests/integration/test_upgrade.py,
-#      test_dump_restore.py, test_jobs.py's crash test, test_search_path.py, test_context_trust.py) on a
+#      and the hostile search_path, hostile types and context trust tests (tests/integration/test_upgrade.py,
+#      test_dump_restore.py, test_jobs.py's crash test, test_search_path.py, test_hostile_types.py,
+#      test_context_trust.py) on a
 #      cluster with shared_preload_libraries. 15 is the system's (Debian's packages, with the
 #      release build setup installed), 16 the PyPI wheel of scripts/pg16_wheel.sh, 17 Debian
 #      trixie's packages in the root of scripts/pg17_chroot.sh (its steps run inside that root),
