@@ -112,7 +112,9 @@ BEGIN
     IF p IS NULL THEN
         SELECT CASE WHEN mm.prompts ? 'query' THEN 'query' END INTO p FROM tributary.models mm WHERE mm.name = m;
     END IF;
-    RETURN @extschema@.tributary_embed(text, m, p);
+    -- (tributary_embed's C function under a name in schema tributary, where no other role can
+    -- add an overload that makes the call ambiguous: sql/match.sql)
+    RETURN tributary._embed_text(text, m, p);
 END $$;
 
 -- Records of dropped tables go with them (a dangling regclass could not be dumped and restored).

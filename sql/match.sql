@@ -11,8 +11,8 @@
 --    (names, numbers, codes, dates, phones: short values) is compared by string similarity only,
 --    without embedding.
 -- 3. Candidates: for every row, its k nearest rows of the other side by the embedding of its
---    phrase columns (one phrase column: its value's embedding; several: the normalised sum of
---    their values' embeddings), both ways (pgvector cosine distance, an HNSW index on a
+--    phrase columns (one phrase column: its value's embedding; several: the sum of their
+--    values' embeddings, whose direction is all cosine distance sees), both ways (pgvector cosine distance, an HNSW index on a
 --    side of more than 2,000 rows, iterative scans); and blocking: pairs that agree exactly on
 --    the value of a short column, or of two, that at most k rows of each side hold; and every
 --    pair when the tables are small (at most 50,000 pairs).
@@ -51,6 +51,14 @@ ALTER FUNCTION _match_cut(double precision[], double precision) SET SCHEMA tribu
 ALTER FUNCTION _match_clusters(integer[], integer[], double precision[], double precision) SET SCHEMA tributary;
 ALTER FUNCTION _match_remember(jsonb) SET SCHEMA tributary;
 
+-- tributary_match_explain() under a name no other role can overload (tributary_dedup reads the
+-- cut of its own call through it): the same C function, so the same explanation, shown only to
+-- the roles that made it.
+CREATE FUNCTION tributary._match_explain() RETURNS jsonb
+VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', 'tributary_match_explain_wrapper';
+COMMENT ON FUNCTION tributary._match_explain() IS 'Internal (tributary_dedup): tributary_match_explain() under a name no other role can shadow.';
+
 -- tributary_match's own entry points to tributary_embed(text) and tributary_embed_column: the
 -- same C functions under other names in schema tributary, where no other role may create a
 -- function. The public ones live in the extension's schema, often public, where a role with
@@ -68,9 +76,11 @@ CREATE FUNCTION tributary._embed_column(
 VOLATILE PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', 'tributary_embed_column_0_6_wrapper';
 
--- The text of a row's key: `t.id::text` for a one-column primary key, `ROW(t.a, t.b)::text`
--- (`(1,x)`) for a composite one; for a partitioned table over postgres_fdw shards, the shards'
--- primary key (tributary._shard_key_columns). 42P10 when `tbl` has no primary key.
+-- The text of a row's key: `tributary._text(t.id)` for a one-column primary key,
+-- `tributary._text(ROW(t.a, t.b))` (`(1,x)`) for a composite one (the type's output function,
+-- never a cast to text a role made: a value is `id::text` without one); for a partitioned table
+-- over postgres_fdw shards, the shards' primary key (tributary._shard_key_columns). 42P10 when
+-- `tbl` has no primary key.
 CREATE FUNCTION tributary._match_key(tbl regclass, alias text) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -82,16 +92,16 @@ BEGIN
             HINT = format('Add one: ALTER TABLE %s ADD PRIMARY KEY (...).', tbl);
     END IF;
     IF cardinality(cols) = 1 THEN
-        RETURN format('%I.%s::text', alias, cols[1]);
+        RETURN format('tributary._text(%I.%s)', alias, cols[1]);
     END IF;
-    RETURN format('ROW(%s)::text', (SELECT string_agg(format('%I.%s', alias, c), ', ') FROM unnest(cols) c));
+    RETURN format('tributary._text(ROW(%s))', (SELECT string_agg(format('%I.%s', alias, c), ', ') FROM unnest(cols) c));
 END $$;
 
--- `ARRAY[nullif(btrim(left(t.c1::text, 2048)), ''), ...]`: the matched columns of `tbl` as text,
--- each cut to its first 2,048 characters (more than the model's window of 256 tokens holds, so
--- the embeddings are the same; a huge value is read only as far as that, for text columns stored
--- uncompressed); a `vector` column whole (tributary._match_stored). 42703 an unknown column,
--- 22004 a NULL name.
+-- `ARRAY[nullif(btrim(left(tributary._text(t.c1), 2048)), ''), ...]`: the matched columns of
+-- `tbl` as text (the type's output function, never a cast a role made), each cut to its first
+-- 2,048 characters (more than the model's window of 256 tokens holds, so the embeddings are the
+-- same); a `vector` column whole (tributary._match_stored). 42703 an unknown column (its name
+-- cut to 64 characters in the message), 22004 a NULL name.
 CREATE FUNCTION tributary._match_values(tbl regclass, cols text[], alias text) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -104,11 +114,12 @@ BEGIN
         END IF;
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                         WHERE a.attrelid = tbl AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped) THEN
-            RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, tbl USING ERRCODE = '42703';
+            RAISE EXCEPTION 'column "%" of relation "%" does not exist', tributary._match_short(c), tbl
+                USING ERRCODE = '42703';
         END IF;
         parts := parts || CASE WHEN tributary._match_stored(tbl, ARRAY[c]) = '{t}'
-                               THEN format('%I.%I::text', alias, c)
-                               ELSE format('nullif(btrim(left(%I.%I::text, 2048)), %L)', alias, c, '') END;
+                               THEN format('tributary._text(%I.%I)', alias, c)
+                               ELSE format('nullif(btrim(left(tributary._text(%I.%I), 2048)), %L)', alias, c, '') END;
     END LOOP;
     RETURN 'ARRAY[' || array_to_string(parts, ', ') || ']::text[]';
 END $$;
@@ -126,6 +137,15 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
       FROM unnest(cols) WITH ORDINALITY AS c(name, i)
 $$;
 
+-- A name the caller gave, for a message: its first 64 characters and "..." when longer (a
+-- column name that names no column can be of any length). NULL in, NULL out.
+CREATE FUNCTION tributary._match_short(name text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN pg_catalog.length(name) OPERATOR(pg_catalog.>) 64
+                THEN pg_catalog.left(name, 64) OPERATOR(pg_catalog.||) '...' ELSE name END
+$$;
+COMMENT ON FUNCTION tributary._match_short(text) IS 'Internal (tributary_match): a name for a message, cut to its first 64 characters.';
+
 -- tributary_match(left_table, right_table, columns [, right_columns, k, threshold, one_to_one,
 -- labels, model, min_precision]): the pairs of rows, one of each table, that are the same thing
 -- (the method: this file's header). Returns the accepted pairs only, `(left_key, right_key,
@@ -138,13 +158,14 @@ $$;
 -- right_key), never a row with itself. `k`: candidates per row each way and the blocking limit
 -- (1..1000). `threshold`: the cut on the probability (NULL: 0.5); `min_precision` in (0, 1]:
 -- the lowest cut with at least that expected precision instead. `labels`: a table or view with
--- columns `left_key text, right_key text, is_match bool`. `model` NULL: the default model.
+-- columns `left_key, right_key` (primary key values as text: `id::text`, any type written as
+-- its output function writes it) and `is_match bool`. `model` NULL: the default model.
 -- Cost: rows x k candidate pairs; embedding only the phrase columns' distinct values.
 -- Errors: 22004 a NULL argument (but right_columns, threshold, labels, model, min_precision);
 -- 22023 no columns, lists of different lengths, k outside 1..1000, threshold outside [0, 1],
 -- min_precision outside (0, 1], both threshold and min_precision, labels naming no pair of rows;
--- 42703 an unknown column (also of labels); 42P10 a table without a primary key. An empty table
--- gives no rows.
+-- 42703 an unknown column (also of labels); 42804 a labels column is_match not boolean; 42P10 a
+-- table without a primary key. An empty table gives no rows.
 CREATE FUNCTION tributary_match(
     left_table regclass, right_table regclass, columns text[], right_columns text[] DEFAULT NULL,
     k integer DEFAULT 10, threshold float8 DEFAULT NULL, one_to_one boolean DEFAULT true,
@@ -189,6 +210,9 @@ DECLARE
     near text;
     same text;
     fill_sql text;
+    sum_sql text;
+    sum_cols text;
+    zero text;
     made oid[] := '{}';   -- the temporary tables and view this call made, to drop (never a caller's)
     pair_order text;
     i int;
@@ -255,7 +279,9 @@ BEGIN
 
     -- 1. The rows of each side: key, values, the joined text, its embedding.
     PERFORM tributary._match_names_free('tributary_match_');
-    EXECUTE format('SELECT %s.vector_dims(tributary._embed_text($1, $2))', vec) INTO dims USING 'dimension', model;
+    -- (the dimension through pgvector's cast to real[]: no function of pgvector's schema is
+    -- looked up by name)
+    dims := pg_catalog.array_length(CAST(tributary._embed_text('dimension', model) AS pg_catalog.float4[]), 1);
     -- Defined now that the library is loaded: '0' turns progress NOTICEs off.
     report := current_setting('tributary.progress_interval') <> '0';
     EXECUTE format('CREATE TEMP TABLE tributary_match_l (key text PRIMARY KEY, v text[], e %s.vector(%s))
@@ -333,8 +359,8 @@ BEGIN
     END IF;
     -- The rows' embeddings, for the nearest-neighbour candidates: of the phrase columns only
     -- (short columns find candidates by blocking, step 3). One phrase column: its value's
-    -- embedding; several: the normalised sum of their values' embeddings (no second pass of the
-    -- model over longer texts); none: none.
+    -- embedding; several: the sum of their values' embeddings (no second pass of the model over
+    -- longer texts; the direction of their normalised sum); none: none.
     IF n_emb = 1 THEN
         ei := array_position(emb, true);
         UPDATE pg_temp.tributary_match_l l SET e = v.e FROM pg_temp.tributary_match_v v WHERE v.col = ei AND v.val = l.v[ei];
@@ -342,17 +368,23 @@ BEGIN
             UPDATE pg_temp.tributary_match_r r SET e = v.e FROM pg_temp.tributary_match_v v WHERE v.col = ei AND v.val = r.v[ei];
         END IF;
     ELSIF n_emb > 1 THEN
-        EXECUTE format(
-            'UPDATE pg_temp.tributary_match_%2$s x
-                SET e = (SELECT %1$s.l2_normalize(%1$s.sum(v.e))
-                           FROM unnest($1) c(i) JOIN pg_temp.tributary_match_v v ON v.col = c.i AND v.val = x.v[c.i])',
-            vec, 'l') USING array_positions(emb, true);
+        -- (the sum through pgvector's + operator, not its sum() and l2_normalize(): no function
+        -- of pgvector's schema is called by name, where another role could add an overload that
+        -- makes the call ambiguous, 42725; the length does not matter, only cosine distances
+        -- read these embeddings)
+        SELECT format('CASE WHEN pg_catalog.num_nonnulls(%s) OPERATOR(pg_catalog.>) 0 THEN %s END',
+                      string_agg(format('s.e%s', c.p), ', ' ORDER BY c.p),
+                      string_agg(format('coalesce(s.e%s, $1::%s.vector)', c.p, vec), format(' OPERATOR(%s.+) ', vec) ORDER BY c.p)),
+               string_agg(format('(SELECT v.e FROM pg_temp.tributary_match_v v WHERE v.col = %s AND v.val = x.v[%s]) AS e%s',
+                                 c.p, c.p, c.p), ', ' ORDER BY c.p)
+          INTO sum_sql, sum_cols
+          FROM unnest(array_positions(emb, true)) c(p);
+        zero := '[' || array_to_string(array_fill(0, ARRAY[dims]), ',') || ']';
+        EXECUTE format('UPDATE pg_temp.tributary_match_l x SET e = (SELECT %s FROM (SELECT %s) s)', sum_sql, sum_cols)
+          USING zero;
         IF NOT self THEN
-            EXECUTE format(
-                'UPDATE pg_temp.tributary_match_%2$s x
-                    SET e = (SELECT %1$s.l2_normalize(%1$s.sum(v.e))
-                               FROM unnest($1) c(i) JOIN pg_temp.tributary_match_v v ON v.col = c.i AND v.val = x.v[c.i])',
-                vec, 'r') USING array_positions(emb, true);
+            EXECUTE format('UPDATE pg_temp.tributary_match_r x SET e = (SELECT %s FROM (SELECT %s) s)', sum_sql, sum_cols)
+              USING zero;
         END IF;
     END IF;
 
@@ -442,7 +474,8 @@ BEGIN
         EXECUTE format(
             'INSERT INTO pg_temp.tributary_match_c
              SELECT %s, CASE WHEN bool_or(s.is_match) THEN ''m'' ELSE ''n'' END
-               FROM (SELECT x.left_key::text AS a, x.right_key::text AS b, x.is_match FROM %s x WHERE x.is_match IS NOT NULL) s
+               FROM (SELECT tributary._text(x.left_key) AS a, tributary._text(x.right_key) AS b, x.is_match
+                       FROM %s x WHERE x.is_match IS NOT NULL) s
               WHERE s.a IN (SELECT key FROM pg_temp.tributary_match_l) AND s.b IN (SELECT key FROM pg_temp.tributary_match_r)
                 AND (NOT $1 OR s.a <> s.b)
               GROUP BY 1, 2
@@ -676,19 +709,34 @@ BEGIN
     END LOOP;
 END $$;
 
--- 42703 when `labels` lacks left_key, right_key or is_match (or cannot be read).
+-- 42703 when `labels` lacks left_key, right_key or is_match (or cannot be read); 42804 when
+-- is_match is not boolean (or a domain over boolean).
 CREATE FUNCTION tributary._match_check_labels(labels regclass) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     c text;
+    typ oid;
+    base oid;
 BEGIN
     FOREACH c IN ARRAY ARRAY['left_key', 'right_key', 'is_match'] LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                        WHERE a.attrelid = labels AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped) THEN
+        SELECT a.atttypid INTO typ FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = labels AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped;
+        IF NOT FOUND THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', c, labels USING ERRCODE = '42703',
                 HINT = 'labels needs columns left_key text, right_key text, is_match bool.';
         END IF;
     END LOOP;
+    -- (typ: is_match's type; through domains to the base type)
+    base := typ;
+    WHILE (SELECT t.typtype FROM pg_catalog.pg_type t WHERE t.oid = base) = 'd' LOOP
+        SELECT t.typbasetype INTO base FROM pg_catalog.pg_type t WHERE t.oid = base;
+    END LOOP;
+    IF base IS DISTINCT FROM 'pg_catalog.bool'::pg_catalog.regtype::pg_catalog.oid THEN
+        RAISE EXCEPTION 'column "is_match" of relation "%" is of type %, not boolean', labels, pg_catalog.format_type(typ, NULL)
+            USING ERRCODE = '42804',
+                  DETAIL = 'is_match says whether the labelled pair is a match (true) or not (false); NULL leaves the pair out.',
+                  HINT = 'labels needs columns left_key text, right_key text, is_match bool; a view over the table can convert it.';
+    END IF;
 END $$;
 
 -- tributary_dedup(tbl, columns [, k, threshold, labels, model, min_precision]): groups of rows
@@ -721,7 +769,7 @@ BEGIN
       FROM tributary._match_pairs(tbl, tbl, columns, NULL, k, threshold, false, labels, model, min_precision, true) m
      WHERE m.score IS NOT NULL;
     made := made || 'pg_temp.tributary_dedup_e'::regclass::oid;
-    thr := coalesce((@extschema@.tributary_match_explain()->>'threshold')::float8, 'Infinity');
+    thr := coalesce((tributary._match_explain()->>'threshold')::float8, 'Infinity');
     -- The rows of the pairs, numbered in key order (so a group's smallest number is its smallest key).
     CREATE TEMP TABLE tributary_dedup_n ON COMMIT DROP AS
     SELECT x.k AS node, (row_number() OVER (ORDER BY x.k) - 1)::int AS i

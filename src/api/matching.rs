@@ -250,25 +250,59 @@ fn _match_clusters(
         .collect()
 }
 
+/// The last `tributary_match` call's explanation in this backend, with the roles that made it:
+/// the current user (`GetUserId()`: a SECURITY DEFINER function's owner inside it) and the outer
+/// user (`GetOuterUserId()`: the session's role after `SET ROLE`). It holds counts of rows that
+/// role could read, which row-level security may hide from another role of the same session.
+struct Remembered {
+    user: pg_sys::Oid,
+    outer: pg_sys::Oid,
+    explanation: serde_json::Value,
+}
+
+/// (current user, outer user) now.
+fn roles_now() -> (pg_sys::Oid, pg_sys::Oid) {
+    // SAFETY: plain reads of the backend's user ids, on the backend's own thread.
+    unsafe { (pg_sys::GetUserId(), pg_sys::GetOuterUserId()) }
+}
+
 thread_local! {
-    // The last tributary_match call's explanation in this backend: one value, replaced by each
-    // call (bounded: a few kilobytes per matched column). Backend-local, no lock needed.
-    static LAST_MATCH: std::cell::RefCell<Option<serde_json::Value>> = const { std::cell::RefCell::new(None) };
+    // One value, replaced by each call (bounded: a few kilobytes per matched column).
+    // Backend-local, no lock needed.
+    static LAST_MATCH: std::cell::RefCell<Option<Remembered>> = const { std::cell::RefCell::new(None) };
 }
 
 /// `tributary._match_remember(explanation jsonb) → void`: keeps the explanation of this
-/// session's last `tributary_match` call, for `tributary_match_explain()`.
+/// session's last `tributary_match` call, for `tributary_match_explain()`, keyed by the roles
+/// that made it (the current and the outer user).
 #[pg_extern(volatile, parallel_unsafe, strict)]
 fn _match_remember(explanation: pgrx::JsonB) {
-    LAST_MATCH.with(|c| *c.borrow_mut() = Some(explanation.0));
+    let (user, outer) = roles_now();
+    LAST_MATCH.with(|c| {
+        *c.borrow_mut() = Some(Remembered {
+            user,
+            outer,
+            explanation: explanation.0,
+        })
+    });
 }
 
 /// `tributary_match_explain() → jsonb`: what this session's last `tributary_match` (or
 /// `tributary_dedup`) call learned and decided: the tables and columns, candidate pairs, how
 /// each column was compared, the model (per column `m` and `u` over the agreement levels, the
 /// prior), the estimated number of matches, the threshold and how it was chosen, the accepted
-/// pairs and their expected precision and recall. NULL before the first call.
+/// pairs and their expected precision and recall. NULL before the first call, and for a role
+/// other than the one that made it: the same current user and outer user (after `SET ROLE`, or
+/// inside a SECURITY DEFINER function, another role's call is not shown). sql/match.sql also
+/// binds this C function as `tributary._match_explain()`, which tributary_dedup calls (a name
+/// no other role can overload).
 #[pg_extern(volatile, parallel_unsafe)]
 fn tributary_match_explain() -> Option<pgrx::JsonB> {
-    LAST_MATCH.with(|c| c.borrow().clone().map(pgrx::JsonB))
+    let now = roles_now();
+    LAST_MATCH.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|r| (r.user, r.outer) == now)
+            .map(|r| pgrx::JsonB(r.explanation.clone()))
+    })
 }

@@ -231,15 +231,16 @@ def test_labels_with_a_text_is_match_is_42804_naming_the_column(env):
 
 @pytest.mark.parametrize("call", [
     "SELECT * FROM tributary_match('public.ln', 'public.ln', ARRAY[%s])",
-    "SELECT * FROM tributary_match('public.ln', 'public.ln', '{name}', right_columns => ARRAY[%s])",
+    "SELECT * FROM tributary_match('public.ln', 'public.ln2', '{name}', right_columns => ARRAY[%s])",
     "SELECT * FROM tributary_dedup('public.ln', ARRAY['name', %s])",
 ])
 def test_a_megabyte_column_name_is_cut_in_the_message(env, call):
     huge = "x" * (1 << 20)
     with connect(env) as c:
         c.execute("SET tributary.progress_interval = 0")
-        c.execute("DROP TABLE IF EXISTS public.ln")
+        c.execute("DROP TABLE IF EXISTS public.ln, public.ln2")
         people(c, "public.ln")
+        people(c, "public.ln2")
         try:
             e = error_of(c, call, (huge,))
             assert e.sqlstate == "42703", (e.sqlstate, str(e)[:300])
@@ -248,7 +249,7 @@ def test_a_megabyte_column_name_is_cut_in_the_message(env, call):
             assert len(text) < 2000, f"the message is {len(text)} characters long"
             assert "x" * 64 + "..." in e.diag.message_primary
         finally:
-            c.execute("DROP TABLE IF EXISTS public.ln")
+            c.execute("DROP TABLE IF EXISTS public.ln, public.ln2")
 
 
 # --- 5. A stored model that loops or indexes out of range -------------------------------------

@@ -408,6 +408,77 @@ impl Gbdt {
         Some(m)
     }
 
+    /// Whether the ensemble can be applied to rows of `nf` features with `kout` outputs (a
+    /// stored model's check, `validate.rs`): `k = kout`, `base` and `cuts` of those lengths,
+    /// `rounds x k` trees, and in every tree each node a leaf or a split of a feature below `nf`
+    /// whose two children come after it, so that [`Tree::by_values`] ends within as many steps
+    /// as the tree has nodes. `stop()` is asked every `POLL_EVERY` nodes; `Err(None)` when it
+    /// said stop, `Err(Some(why))` when the model is not valid.
+    pub fn check(
+        &self,
+        nf: usize,
+        kout: usize,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Option<String>> {
+        if self.k != kout || self.base.len() != kout {
+            return Err(Some(format!(
+                "{} outputs and {} base scores where {kout} are expected",
+                self.k,
+                self.base.len()
+            )));
+        }
+        if self.cuts.len() != nf || self.importance.len() != nf {
+            return Err(Some(format!(
+                "{} bin lists and {} importances for {nf} features",
+                self.cuts.len(),
+                self.importance.len()
+            )));
+        }
+        if self.rounds.checked_mul(self.k) != Some(self.trees.len()) {
+            return Err(Some(format!(
+                "{} trees for {} rounds of {} outputs",
+                self.trees.len(),
+                self.rounds,
+                self.k
+            )));
+        }
+        let mut seen = 0usize;
+        for (ti, t) in self.trees.iter().enumerate() {
+            let len = t.nodes.len();
+            if len == 0 {
+                return Err(Some(format!("tree {ti} has no nodes")));
+            }
+            for (i, n) in t.nodes.iter().enumerate() {
+                seen += 1;
+                if seen.is_multiple_of(crate::validate::POLL_EVERY) && stop() {
+                    return Err(None);
+                }
+                if n.feat == u32::MAX {
+                    continue;
+                }
+                if n.feat as usize >= nf {
+                    return Err(Some(format!(
+                        "tree {ti}, node {i} splits feature {} of {nf}",
+                        n.feat
+                    )));
+                }
+                for c in [n.left, n.right] {
+                    if c as usize <= i || c as usize >= len {
+                        return Err(Some(format!(
+                            "tree {ti}, node {i} has child {c}: children must come after their node and within the tree's {len} nodes"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Nodes in all trees: a bound on the steps of one row's [`Gbdt::predict`].
+    pub fn size(&self) -> usize {
+        self.trees.iter().map(|t| t.nodes.len()).sum()
+    }
+
     /// Raw scores (k) of one row of feature values; probabilities after softmax for classes.
     pub fn predict(&self, x: &[f32], out: &mut [f32]) {
         out.copy_from_slice(&self.base);

@@ -151,6 +151,14 @@ pub(crate) fn head_predict(head: &Head, x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// A bound on the steps of one row's [`head_predict`]: the trees' nodes, or the weights.
+pub(crate) fn head_cost(head: &Head) -> usize {
+    match head {
+        Head::Gbdt(g) => g.size(),
+        Head::Logistic(h) => h.lin.w.len() + h.onehot.len(),
+    }
+}
+
 pub(crate) fn lin_importance(h: &LinHead, nf: usize) -> Vec<f64> {
     let k = h.lin.k;
     let mut imp = vec![0f64; nf];

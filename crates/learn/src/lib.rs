@@ -40,6 +40,7 @@ mod knn;
 mod linear;
 mod par;
 mod text;
+mod validate;
 
 mod features;
 mod head;
@@ -57,6 +58,7 @@ use features::*;
 use head::*;
 pub use predict::predict;
 pub use train::train;
+pub use validate::{set_interrupt_check, INVALID_MODEL, MAX_K, MAX_THREADS};
 
 /// The label of every row (length n): a category or a number; `None` = NULL (unknown).
 pub enum Labels {
@@ -196,7 +198,8 @@ pub enum Error {
     Memory { needed: usize, limit: usize },
     /// Bad input: no training rows, fewer than 2 classes, lengths that differ.
     Invalid(String),
-    /// A model that cannot be read or applied, or a worker that failed.
+    /// A model that cannot be read or applied (the message starts with [`INVALID_MODEL`] when
+    /// [`Model::from_bytes`] rejected the bytes), or a worker that failed.
     Model(String),
 }
 
@@ -267,15 +270,17 @@ impl Model {
         ciborium::into_writer(self, &mut v).expect("writing to a Vec does not fail");
         v
     }
-    /// Reads [`Model::to_bytes`]; Error::Model when the bytes are not a model of this version.
+    /// Reads [`Model::to_bytes`] and checks the model ([`Model::validate`]: every index in
+    /// range, every tree acyclic). `Error::Model` when the bytes are not a valid model of this
+    /// version, its message starting [`INVALID_MODEL`]; `Error::Cancelled` when the interrupt
+    /// hook ([`set_interrupt_check`]) said stop during the checks.
     pub fn from_bytes(b: &[u8]) -> Result<Model, Error> {
         if b.len() < 8 || &b[..8] != MAGIC {
-            return Err(Error::Model(
-                "not a tributary-learn model (bad magic)".into(),
-            ));
+            return Err(validate::invalid("not a tributary-learn model (bad magic)"));
         }
         let mut m: Model = ciborium::from_reader(&b[8..])
-            .map_err(|e| Error::Model(format!("cannot read model: {e}")))?;
+            .map_err(|e| validate::invalid(format!("cannot read model: {e}")))?;
+        m.validate()?;
         if let Some(t) = &mut m.text {
             t.tfidf.index();
         }

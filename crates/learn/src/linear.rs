@@ -160,6 +160,33 @@ impl Linear {
         Some(m)
     }
 
+    /// Whether the model can be applied as one of `k` outputs (softmax or not): `w` is
+    /// `dim x k`, `b` is `k` (a stored model's check, `validate.rs`).
+    pub fn check(&self, k: usize, softmax: bool) -> Result<(), String> {
+        if self.k != k || self.b.len() != k {
+            return Err(format!(
+                "{} outputs and {} biases where {k} are expected",
+                self.k,
+                self.b.len()
+            ));
+        }
+        if self.dim.checked_mul(k) != Some(self.w.len()) {
+            return Err(format!(
+                "{} weights for {} inputs x {k} outputs",
+                self.w.len(),
+                self.dim
+            ));
+        }
+        if self.softmax != softmax {
+            return Err(if softmax {
+                "a regression for a category label".into()
+            } else {
+                "a softmax for a number label".into()
+            });
+        }
+        Ok(())
+    }
+
     fn raw(&self, idx: &[u32], val: &[f32], z: &mut [f32]) {
         z.copy_from_slice(&self.b);
         for (&j, &xv) in idx.iter().zip(val) {

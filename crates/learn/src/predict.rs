@@ -76,7 +76,16 @@ pub fn predict(
     top.truncate(5);
     let mut out = Vec::with_capacity(targets.len());
     let mut p = vec![0f32; kout];
+    // The head runs on this thread: `ctl` is checked whenever about a million steps (tree nodes
+    // or weights) were taken since the last check, and before the first row.
+    let cost = head_cost(&model.head).max(1);
+    let mut since = usize::MAX;
     for &t in targets {
+        since = since.saturating_add(cost);
+        if since >= 1 << 20 {
+            ctl.check()?;
+            since = 0;
+        }
         let qi = uq.binary_search(&t).expect("target is in uq");
         let row = &x[qi * nf..(qi + 1) * nf];
         head_predict(&model.head, row, &mut p);

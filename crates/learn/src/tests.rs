@@ -574,3 +574,181 @@ fn test_labels_never_change_the_model() {
         );
     }
 }
+
+/// The bytes after the `nth` (0-based) occurrence of CBOR text key `key` followed by an unsigned
+/// integer: (offset of the integer, its encoded length, its value).
+fn cbor_uint_after(b: &[u8], key: &str, nth: usize) -> Option<(usize, usize, u64)> {
+    let mut pat = vec![0x60 | key.len() as u8];
+    pat.extend_from_slice(key.as_bytes());
+    let mut found = 0;
+    for i in 0..b.len().saturating_sub(pat.len()) {
+        if b[i..i + pat.len()] != pat[..] {
+            continue;
+        }
+        let at = i + pat.len();
+        let (len, v) = match b[at] {
+            x @ 0..=23 => (1, x as u64),
+            24 => (2, b[at + 1] as u64),
+            25 => (3, u16::from_be_bytes([b[at + 1], b[at + 2]]) as u64),
+            26 => (
+                5,
+                u32::from_be_bytes(b[at + 1..at + 5].try_into().unwrap()) as u64,
+            ),
+            _ => continue,
+        };
+        if found == nth {
+            return Some((at, len, v));
+        }
+        found += 1;
+    }
+    None
+}
+
+/// `b` with the integer of `cbor_uint_after(b, key, nth)` replaced by `v` (CBOR containers
+/// count items, not bytes: an integer may change its encoded length).
+fn cbor_set_uint(b: &[u8], key: &str, nth: usize, v: u32) -> Vec<u8> {
+    let (at, len, _) = cbor_uint_after(b, key, nth).expect("key in the model bytes");
+    let enc: Vec<u8> = match v {
+        0..=23 => vec![v as u8],
+        24..=255 => vec![24, v as u8],
+        256..=65535 => [vec![25], (v as u16).to_be_bytes().to_vec()].concat(),
+        _ => [vec![26], v.to_be_bytes().to_vec()].concat(),
+    };
+    [&b[..at], &enc[..], &b[at + len..]].concat()
+}
+
+fn gbdt_bytes() -> Vec<u8> {
+    let n = 600;
+    let ds = synth(n, true);
+    let t = train(&ds, &roles(n), &opts(Algorithm::Gbdt), &NoCtl).unwrap();
+    assert_eq!(t.model.algorithm(), "gbdt");
+    t.model.to_bytes()
+}
+
+fn invalid_model(r: Result<Model, Error>) -> String {
+    match r {
+        Err(Error::Model(m)) if m.starts_with(INVALID_MODEL) => m,
+        Err(e) => panic!("expected an invalid model error, got {e}"),
+        Ok(_) => panic!("expected an invalid model error, the model was accepted"),
+    }
+}
+
+#[test]
+fn a_valid_model_is_accepted_after_its_bytes_are_reread() {
+    let b = gbdt_bytes();
+    let m = Model::from_bytes(&b).unwrap();
+    m.validate().unwrap();
+    // The patch helpers change nothing when they write the value that is there.
+    let (_, _, v) = cbor_uint_after(&b, "left", 0).unwrap();
+    assert!(Model::from_bytes(&cbor_set_uint(&b, "left", 0, v as u32)).is_ok());
+}
+
+#[test]
+fn a_tree_that_loops_is_rejected() {
+    let b = gbdt_bytes();
+    // A split node's left child is the node after it: `left` = 1 is a root's (node 0). Pointing
+    // it (and the right child) back at the root makes a loop every row would follow.
+    let nth = (0..)
+        .find(|&i| cbor_uint_after(&b, "left", i).is_none_or(|(_, _, v)| v == 1))
+        .unwrap();
+    assert!(
+        cbor_uint_after(&b, "left", nth).is_some(),
+        "no split in the model"
+    );
+    let looped = cbor_set_uint(&cbor_set_uint(&b, "left", nth, 0), "right", nth, 0);
+    let msg = invalid_model(Model::from_bytes(&looped));
+    assert!(msg.contains("children must come after their node"), "{msg}");
+    // A child pointing back to an ancestor further up, not only to itself.
+    let (_, _, right) = cbor_uint_after(&b, "right", nth).unwrap();
+    assert!(right > 1);
+    let back = cbor_set_uint(&b, "right", nth + 1, 0);
+    if cbor_uint_after(&b, "feat", nth + 1).is_some_and(|(_, _, f)| f != u32::MAX as u64) {
+        invalid_model(Model::from_bytes(&back));
+    }
+}
+
+#[test]
+fn an_index_out_of_range_is_rejected() {
+    let b = gbdt_bytes();
+    let nth = (0..)
+        .find(|&i| cbor_uint_after(&b, "left", i).is_none_or(|(_, _, v)| v == 1))
+        .unwrap();
+    // A split of a feature the rows do not have.
+    let feat = cbor_set_uint(&b, "feat", nth, 60_000);
+    let msg = invalid_model(Model::from_bytes(&feat));
+    assert!(msg.contains("splits feature 60000"), "{msg}");
+    // A child past the tree's end.
+    let child = cbor_set_uint(&b, "right", nth, 60_000);
+    let msg = invalid_model(Model::from_bytes(&child));
+    assert!(msg.contains("child 60000"), "{msg}");
+    // k outside its range, and the bytes of something else.
+    let k0 = cbor_set_uint(&b, "k", 0, 0);
+    assert!(Model::from_bytes(&k0).is_err());
+    invalid_model(Model::from_bytes(b"TRLEARN1\xa0"));
+    invalid_model(Model::from_bytes(b"nonsense"));
+}
+
+#[test]
+fn a_logistic_head_with_too_few_weights_is_rejected() {
+    let n = 600;
+    let ds = synth(n, true);
+    let t = train(&ds, &roles(n), &opts(Algorithm::Logistic), &NoCtl).unwrap();
+    let b = t.model.to_bytes();
+    assert!(Model::from_bytes(&b).is_ok());
+    // The head's `dim` (the last "dim" key: the LinHead's own, after its linear model's) one
+    // larger than its weights cover.
+    let last = (0..)
+        .take_while(|&i| cbor_uint_after(&b, "dim", i).is_some())
+        .last()
+        .unwrap();
+    let (_, _, dim) = cbor_uint_after(&b, "dim", last).unwrap();
+    let msg = invalid_model(Model::from_bytes(&cbor_set_uint(
+        &b,
+        "dim",
+        last,
+        dim as u32 + 1,
+    )));
+    assert!(msg.contains("logistic"), "{msg}");
+}
+
+/// Fails every check once the features are done (their `progress` at total): only the head's
+/// checks come after that.
+struct CancelAfterFeatures {
+    done: Cell<bool>,
+    checks_after: Cell<usize>,
+}
+impl Control for CancelAfterFeatures {
+    fn check(&self) -> Result<(), Error> {
+        if self.done.get() {
+            self.checks_after.set(self.checks_after.get() + 1);
+            Err(Error::Cancelled(
+                "canceling statement due to user request".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+    fn progress(&self, stage: &str, done: u64, total: u64) {
+        if stage == "features" && done == total {
+            self.done.set(true);
+        }
+    }
+}
+
+#[test]
+fn the_head_checks_the_control_while_it_predicts() {
+    let n = 600;
+    let ds = synth(n, true);
+    let t = train(&ds, &roles(n), &opts(Algorithm::Gbdt), &NoCtl).unwrap();
+    let targets: Vec<u32> = (0..n as u32).collect();
+    let ctl = CancelAfterFeatures {
+        done: Cell::new(false),
+        checks_after: Cell::new(0),
+    };
+    let r = predict(&t.model, &ds, &targets, &ctl);
+    assert!(
+        matches!(r, Err(Error::Cancelled(_))),
+        "the head never checked"
+    );
+    assert_eq!(ctl.checks_after.get(), 1);
+}

@@ -134,6 +134,11 @@ SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', threshold => 0.5, min_precision => 0.9);
 CREATE TABLE em.badlabels (left_key text, right_key text);
 SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', labels => 'em.badlabels');
+-- is_match of another type than boolean: 42804 naming the column and its type.
+CREATE TABLE em.textlabels (left_key text, right_key text, is_match text);
+SELECT * FROM tributary_match('em.customer', 'em.client', '{name}', '{full_name}', labels => 'em.textlabels');
+-- A name that names no column is cut to 64 characters in the message, however long it is.
+SELECT * FROM tributary_match('em.customer', 'em.client', ARRAY[repeat('x', 100000)], '{full_name}');
 CREATE TABLE em.onesided (left_key text, right_key text, is_match bool);
 INSERT INTO em.onesided VALUES ('1', '(north,10)', true);
 -- Labels of one class are evidence too (no error): the labelled pair is a match.
