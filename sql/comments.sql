@@ -49,7 +49,7 @@ COMMENT ON FUNCTION tributary._match_em(integer[], integer[], double precision[]
 COMMENT ON FUNCTION tributary._match_cut(double precision[], double precision) IS 'Internal (tributary_match): the lowest cut whose pairs have a mean probability of at least min_precision.';
 COMMENT ON FUNCTION tributary._match_clusters(integer[], integer[], double precision[], double precision) IS 'Internal (tributary_dedup): groups of rows from scored pairs by average linkage.';
 COMMENT ON FUNCTION tributary._match_remember(jsonb) IS 'Internal (tributary_match): keeps the last call''s explanation for tributary_match_explain().';
-COMMENT ON FUNCTION tributary_match_explain() IS 'What this session''s last tributary_match or tributary_dedup learned and decided: per column m and u, estimated matches, the cut, expected precision and recall.';
+COMMENT ON FUNCTION tributary_match_explain() IS 'What this session''s last tributary_match or tributary_dedup learned and decided: per column m and u, estimated matches, the cut, expected precision and recall. Only to the role that made the call (NULL to any other, after SET ROLE or inside a SECURITY DEFINER function).';
 COMMENT ON FUNCTION tributary._match_accepted(boolean, double precision, boolean) IS 'Internal (tributary_match): the candidate pairs at or above a threshold, mutual best ones only when one to one.';
 COMMENT ON FUNCTION tributary._match_drop(oid[]) IS 'Internal (tributary_match, tributary_dedup): drops the temporary tables a call made, by OID (never a caller''s).';
 COMMENT ON FUNCTION tributary._embed_text(text, text, text) IS 'Internal (tributary_match): tributary_embed(text) under a name no other role can shadow.';

@@ -110,6 +110,9 @@ pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     pg::gucs::init();
+    // Long loops over a stored model's data (its checks when read) stop on a cancel,
+    // statement_timeout or terminate: crates/learn polls this flag reader between items.
+    tributary_learn::set_interrupt_check(Some(pg::interrupt_pending));
     // SAFETY: read-only global of the postmaster, set while it loads preload libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         pg::activity::init_shmem();

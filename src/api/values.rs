@@ -73,7 +73,10 @@ fn composite_argument(
     if !unsafe { values::is_composite(typid) } {
         pgrx::pg_sys::panic::ErrorReport::new(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-            format!("{function} takes a row, not a value of type {}", type_name(typid)),
+            format!(
+                "{function} takes a row, not a value of type {}",
+                type_name(typid)
+            ),
             function,
         )
         .set_hint("Pass a whole row (t.*, ROW(...)) or a composite value.")

@@ -6,14 +6,22 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 use crate::engine;
 
+/// `name` as error messages show a name the caller gave: at most 64 characters, then "...".
+pub fn short_name(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((at, _)) => format!("{}...", &name[..at]),
+        None => name.to_owned(),
+    }
+}
+
 /// Errors of the PostgreSQL side: the engine's, plus catalog and argument errors.
 #[derive(Debug, thiserror::Error)]
 pub enum TributaryError {
     #[error(transparent)]
     Engine(#[from] engine::Error),
 
-    /// 42704
-    #[error("model \"{0}\" does not exist")]
+    /// 42704 (a name over 64 characters cut: a 1 MB name is not echoed back whole)
+    #[error("model \"{}\" does not exist", short_name(.0))]
     UnknownModel(String),
 
     /// 42704: a prompt name the model has no prompt for.

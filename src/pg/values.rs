@@ -262,7 +262,11 @@ unsafe fn rebuild_record(value: pg_sys::Datum) -> Option<(pg_sys::Datum, pg_sys:
         for &i in &kept {
             let att = &attrs[i];
             new_nulls.push(nulls[i]);
-            let rebuilt = if nulls[i] { None } else { builtin_only(values[i], att.atttypid) };
+            let rebuilt = if nulls[i] {
+                None
+            } else {
+                builtin_only(values[i], att.atttypid)
+            };
             match rebuilt {
                 Some((d, t)) => {
                     changed = true;
