@@ -4,11 +4,18 @@
 -- and stores it here; tributary_predict_column / tributary_predict apply it.
 --
 -- The catalog tributary._predictors holds the serialised model, which encodes the labels it was
--- trained on: nobody but the extension's own functions reads it. The view tributary.predictors
--- shows everything but the model to the predictor's owner (and members of that role) and to
--- roles that may read the label column. Written only by the Rust functions, as the extension's
--- owner, after they checked the caller: a name belongs to the role that trained it first; only
--- that role (or a member) retrains or drops it (42501).
+-- trained on: nobody but the extension's own functions reads it. Written only by the Rust
+-- functions, as the extension's owner, after they checked the caller: a name belongs to the role
+-- that trained it first; only that role (or a member) retrains or drops it (42501).
+--
+-- Who may use or see a predictor (tributary._predictor_hidden): its owner and the roles that
+-- inherit the owner's privileges, and any other role that may see every row and column the
+-- predictor was trained on: for each table it reads (read_tables: its own table, the parents and
+-- link tables of its history paths and columns) the role has USAGE on the schema, SELECT on every
+-- column it reads (read_columns), and no row-level security applies to it there. Otherwise the
+-- model would tell it labels, counts and classes of rows a policy hides (42501; the view shows it
+-- nothing). Values of a user's table become text only through tributary._text (never a cast a
+-- role made: src/pg/values.rs).
 
 CREATE TABLE tributary._predictors (
     name          text PRIMARY KEY,
@@ -18,7 +25,7 @@ CREATE TABLE tributary._predictors (
     kind          text NOT NULL CHECK (kind IN ('category', 'number')),
     embedding     name,                       -- the vector/halfvec column of the k-NN votes, or NULL
     as_of         name,                       -- the time column, or NULL (leave-one-out)
-    options       jsonb NOT NULL,             -- history, columns, algorithm, k as asked
+    options       jsonb NOT NULL,             -- history, columns, algorithm, k as asked; named: the paths and columns named
     signature     jsonb NOT NULL,             -- every column read, with its type: [[table, column, type], ...]
     features      text[] NOT NULL,            -- the feature names, in the model's order
     algorithm     text NOT NULL,              -- 'gbdt' or 'logistic'
@@ -27,56 +34,76 @@ CREATE TABLE tributary._predictors (
     metrics       jsonb NOT NULL,             -- what tributary_train returned
     training_rows bigint NOT NULL,
     trained_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    data_digest   text NOT NULL               -- FNV-1a over the training rows' keys, times and labels
+    data_digest   text NOT NULL,              -- FNV-1a over the training rows' keys, times and labels
+    read_tables   regclass[],                 -- every table it reads, its own first (NULL: trained before 0.11.0)
+    read_columns  jsonb                       -- [[column, ...], ...]: the columns it reads of each of read_tables
 );
 REVOKE ALL ON tributary._predictors FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('tributary._predictors', '');
 
-CREATE VIEW tributary.predictors WITH (security_barrier) AS
-SELECT p.name, p.owner, p.tbl, p.label, p.kind, p.embedding, p.as_of, p.options, p.features,
-       p.algorithm, p.classes, p.metrics, p.training_rows, p.trained_at, p.data_digest,
-       pg_catalog.octet_length(p.model) AS model_bytes
-  FROM tributary._predictors p
- WHERE pg_catalog.pg_has_role(CURRENT_USER, p.owner::oid, 'USAGE')
-    OR (pg_catalog.to_regclass(p.tbl::oid::pg_catalog.regclass::pg_catalog.text) IS NOT NULL
-        AND pg_catalog.has_column_privilege(p.tbl::oid, p.label, 'SELECT'));
-GRANT SELECT ON tributary.predictors TO PUBLIC;
+-- `s` cut to 64 characters (names echoed in messages: a 1 MB name makes no 1 MB error).
+CREATE FUNCTION tributary._learn_short(s text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN length(s) <= 64 THEN s ELSE left(s, 64) || '...' END
+$$;
 
--- The type of column `col` of `rel` as format_type() writes it, and its type category
--- (pg_type.typcategory), or NULLs.
+-- The first ten of `items`, quoted and cut (tributary._learn_short), and how many more.
+CREATE FUNCTION tributary._learn_list(items text[]) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT string_agg(quote_literal(tributary._learn_short(i)), ', ' ORDER BY o)
+           || CASE WHEN cardinality(items) > 10 THEN format(' and %s more', cardinality(items) - 10) ELSE '' END
+      FROM unnest(items) WITH ORDINALITY u(i, o) WHERE o <= 10
+$$;
+
+-- The type category of type `typ` seen through domains, and its name when that base type is
+-- built in (OID below 16384; NULL for an enum, a composite, a range or any type a role made, so
+-- that only PostgreSQL's own casts and operators turn a value into a number).
+CREATE FUNCTION tributary._learn_type(typ oid, OUT category "char", OUT typname name)
+RETURNS record LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE d(oid, depth) AS (
+        SELECT typ, 0
+        UNION ALL
+        SELECT t.typbasetype, d.depth + 1 FROM d JOIN pg_type t ON t.oid = d.oid
+         WHERE t.typtype = 'd' AND d.depth < 64)
+    SELECT t.typcategory, CASE WHEN t.oid < 16384 THEN t.typname END
+      FROM d JOIN pg_type t ON t.oid = d.oid ORDER BY d.depth DESC LIMIT 1
+$$;
+
+-- The type of column `col` of `rel` as format_type() writes it, and its type category and
+-- built-in type name through domains (tributary._learn_type), or NULLs.
 CREATE FUNCTION tributary._learn_column_type(rel regclass, col name, OUT sql_type text, OUT category "char", OUT typname name)
 RETURNS record LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT format_type(a.atttypid, a.atttypmod), t.typcategory, t.typname
-      FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+    SELECT format_type(a.atttypid, a.atttypmod), b.category, b.typname
+      FROM pg_attribute a CROSS JOIN LATERAL tributary._learn_type(a.atttypid) b
      WHERE a.attrelid = rel AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped
 $$;
 
--- A float8 expression of value `v` (an expression of type category `category`, type `typname`):
--- numbers as they are, booleans 0/1, dates as days since 1970-01-01, timestamps as days (with
--- fractions) since the epoch; NULL for other types.
+-- A float8 expression of value `v` (an expression of type category `category`, built-in type
+-- `typname`): numbers as they are, booleans 0/1, dates as days since 1970-01-01, timestamps as
+-- days (with fractions) since the epoch, an infinite date or timestamp NULL (missing); NULL for
+-- other types.
 CREATE FUNCTION tributary._learn_number(v text, category "char", typname name) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
         WHEN category = 'N' AND typname NOT IN ('oid', 'regclass', 'regproc', 'regtype', 'money')
             THEN format('CAST(%s AS pg_catalog.float8)', v)
-        WHEN category = 'B' THEN format('CAST(CAST(%s AS pg_catalog.int4) AS pg_catalog.float8)', v)
-        WHEN typname = 'date' THEN format('CAST(%s OPERATOR(pg_catalog.-) CAST(''1970-01-01'' AS pg_catalog.date) AS pg_catalog.float8)', v)
+        WHEN category = 'B' AND typname = 'bool' THEN format('CAST(CAST(%s AS pg_catalog.int4) AS pg_catalog.float8)', v)
+        WHEN typname = 'date' THEN format('CASE WHEN pg_catalog.isfinite(%1$s) THEN CAST(%1$s OPERATOR(pg_catalog.-) CAST(''1970-01-01'' AS pg_catalog.date) AS pg_catalog.float8) END', v)
         WHEN typname IN ('timestamp', 'timestamptz')
-            THEN format('(pg_catalog.date_part(''epoch'', %s) OPERATOR(pg_catalog./) CAST(86400 AS pg_catalog.float8))', v)
+            THEN format('CASE WHEN pg_catalog.isfinite(%1$s) THEN (pg_catalog.date_part(''epoch'', %1$s) OPERATOR(pg_catalog./) CAST(86400 AS pg_catalog.float8)) END', v)
     END
 $$;
 
 -- A text expression of the key columns `cols` of alias `alias` (one column: its text; several:
--- the row constructor's text), NULL when any of them is NULL.
+-- the row constructor's text), NULL when any of them is NULL; through tributary._text.
 CREATE FUNCTION tributary._learn_key_text(alias text, cols name[]) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN cardinality(cols) = 1 THEN format('CAST(%I.%I AS pg_catalog.text)', alias, cols[1])
-           ELSE format('CASE WHEN pg_catalog.num_nulls(%s) = 0 THEN CAST(ROW(%s) AS pg_catalog.text) END',
+    SELECT CASE WHEN cardinality(cols) = 1 THEN format('tributary._text(%I.%I)', alias, cols[1])
+           ELSE format('CASE WHEN pg_catalog.num_nulls(%s) = 0 THEN tributary._text(ROW(%s)) END',
                        (SELECT string_agg(format('%I.%I', alias, c), ', ' ORDER BY o) FROM unnest(cols) WITH ORDINALITY u(c, o)),
                        (SELECT string_agg(format('%I.%I', alias, c), ', ' ORDER BY o) FROM unnest(cols) WITH ORDINALITY u(c, o)))
            END
 $$;
-
 -- The foreign keys of `rel` (as the referencing table), one row each: the constraint, the
 -- referencing columns, the referenced table and columns, in key order. A foreign key to a
 -- partitioned table is one row: not the copies PostgreSQL keeps for each referenced partition
@@ -109,14 +136,93 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     END
 $$;
 
+-- Whether the caller may read every one of `cols` of `rel` (a path or join is used only then:
+-- training reads what it finds with the caller's rights, and an unreadable column is a 42501).
+CREATE FUNCTION tributary._learn_readable(rel regclass, cols name[])
+RETURNS boolean LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(cols) c
+                        WHERE NOT pg_catalog.has_column_privilege(rel, c, 'SELECT'))
+$$;
+
+-- Whether a predictor over `tbl` may read table `other` without its path or column being named
+-- (the owner rule of child context, README "Security"): `other` is owned by tbl's owner or by a
+-- role the current role is a member of, superuser status not counting (is_member_of_role_nosuper).
+-- Reading a table runs its owner's row-level security policies as the reader, and a role needs
+-- only REFERENCES on a table to make a link table of it.
+CREATE FUNCTION tributary._learn_trusted(tbl regclass, other regclass) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE m(r) AS (
+        SELECT r.oid FROM pg_roles r WHERE r.rolname = CURRENT_USER
+        UNION
+        SELECT a.roleid FROM pg_auth_members a JOIN m ON a.member = m.r)
+    SELECT coalesce((SELECT o.relowner = t.relowner OR o.relowner IN (SELECT m.r FROM m)
+                       FROM pg_class o, pg_class t WHERE o.oid = other AND t.oid = tbl), false)
+$$;
+
+-- `reads` ([[table oid, column], ...]) with columns `cols` of `rel` added.
+CREATE FUNCTION tributary._learn_reads(reads jsonb, rel regclass, cols name[]) RETURNS jsonb
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT reads || coalesce((SELECT jsonb_agg(jsonb_build_array(CAST(CAST(rel AS oid) AS int8), c)) FROM unnest(cols) c), '[]')
+$$;
+
+-- Whether row-level security applies to role `who` on table `rel`, as PostgreSQL decides it
+-- (check_enable_rls): the table has row security enabled, and the role is neither a superuser
+-- nor BYPASSRLS (not inherited), nor the table's owner or a role inheriting the owner's
+-- privileges unless the table FORCEs row security. A policy that shows every row still applies.
+CREATE FUNCTION tributary._learn_rls(who oid, rel oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.relrowsecurity
+           AND NOT coalesce((SELECT r.rolsuper OR r.rolbypassrls FROM pg_roles r WHERE r.oid = who), false)
+           AND (c.relforcerowsecurity OR NOT pg_has_role(who, c.relowner, 'USAGE'))
+      FROM pg_class c WHERE c.oid = rel
+$$;
+
+-- Why role `who` may not use a predictor that reads `tables` (columns `cols`, [[column, ...],
+-- ...] in the same order) as a role other than its owner, or NULL when it may: the first table
+-- (in order) that is gone, whose schema it may not use, where row-level security applies to it
+-- (tributary._learn_rls), or with a column it reads that is gone or that `who` may not SELECT.
+-- NULL `tables` (a predictor trained before 0.11.0, whose tables are not recorded): never.
+-- The rule of the view tributary.predictors, tributary_predict, tributary_predict_column and
+-- predict jobs (src/service/learn/catalog.rs).
+CREATE FUNCTION tributary._predictor_hidden(who oid, tables regclass[], cols jsonb) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN tables IS NULL THEN 'It was trained before tributary 0.11.0, which did not record the tables it reads.'
+      ELSE (SELECT r.why FROM (
+        SELECT u.i, CASE
+            WHEN c.oid IS NULL THEN format('A table it reads (OID %s) does not exist any more.', CAST(u.t AS oid))
+            WHEN NOT has_schema_privilege(who, c.relnamespace, 'USAGE')
+                THEN format('Role %s may not use the schema of table %s.', quote_ident(pg_get_userbyid(who)), u.t)
+            WHEN tributary._learn_rls(who, c.oid)
+                THEN format('Row-level security applies to role %s on table %s: the predictor learnt from rows it may not see.', quote_ident(pg_get_userbyid(who)), u.t)
+            ELSE (SELECT format('Role %s may not read column %s of table %s.', quote_ident(pg_get_userbyid(who)), quote_ident(tributary._learn_short(x.col)), u.t)
+                    FROM jsonb_array_elements_text(coalesce(cols -> CAST(u.i - 1 AS int4), '[]')) x(col)
+                    LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = x.col AND a.attnum > 0 AND NOT a.attisdropped
+                   WHERE CASE WHEN a.attnum IS NULL THEN true ELSE NOT has_column_privilege(who, c.oid, a.attnum, 'SELECT') END
+                   LIMIT 1)
+          END AS why
+          FROM unnest(tables) WITH ORDINALITY u(t, i) LEFT JOIN pg_class c ON c.oid = CAST(u.t AS oid)) r
+       WHERE r.why IS NOT NULL ORDER BY r.i LIMIT 1)
+    END
+$$;
+
+CREATE VIEW tributary.predictors WITH (security_barrier) AS
+SELECT p.name, p.owner, p.tbl, p.label, p.kind, p.embedding, p.as_of, p.options, p.features,
+       p.algorithm, p.classes, p.metrics, p.training_rows, p.trained_at, p.data_digest,
+       pg_catalog.octet_length(p.model) AS model_bytes
+  FROM tributary._predictors p
+ WHERE pg_catalog.pg_has_role(CURRENT_USER, p.owner::oid, 'USAGE')
+    OR tributary._predictor_hidden((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER),
+                                   p.read_tables, p.read_columns) IS NULL;
+GRANT SELECT ON tributary.predictors TO PUBLIC;
+
 -- The plan of a predictor over column `label` of `tbl`: what tributary_train and the
 -- prediction functions read, as jsonb (src/service/learn.rs reads it):
 --   kind            'category' or 'number' (tributary.label_kind)
 --   rows_sql        one row per row of the table: key (jsonb text), tableoid, ctid, as_of
 --                   (float8), label (text or float8), text, embedding (float4[]), numbers
 --                   (float8[]), categories (text[]), the group of each parent path (text[]), the
---                   referenced key of each link path (text[]); %SOURCE% and %CTID% are replaced
---                   by the caller (the table; or one record)
+--                   referenced key of each link path (text[]); %SOURCE%, %TABLEOID% and %CTID%
+--                   are replaced by the caller (the table; or one record)
 --   numbers, categories  the names of the typed features in rows_sql's arrays
 --   parents         the names of the parent, two- and three-hop paths, in the order of rows_sql's
 --                   groups
@@ -127,6 +233,11 @@ $$;
 --   paths, columns  every history path and feature column found (chosen or not)
 --   paths_used, columns_used  those chosen (what tributary_train stores as the predictor's
 --                   history and columns, so that columns added later change nothing)
+--   reads           [[table OID, [column, ...]], ...]: every column the chosen features read, tbl first
+--   untrusted       the tables of other roles left out (tributary._learn_trusted), for a NOTICE
+--   vouched         the chosen paths and columns that read a table tbl's owner does not own (read
+--                   because the caller is a member of its owner, or named): tributary_train
+--                   stores them as named, so that the predictor reads them for whoever may use it
 -- Paths (README, "Models that learn"): a foreign key of tbl, named by its columns
 -- ("album_id": rows with the same parent); through the parent's own foreign keys ("album_id.artist_id":
 -- rows whose parents share a grandparent); through the grandparent's ("track_id.album_id.artist_id":
@@ -138,30 +249,28 @@ $$;
 -- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
 -- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
 -- chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
--- (42501). Errors: 42703 unknown label, as_of or embedding column; 42804 as_of not a number,
--- date or timestamp, embedding not vector/halfvec; 22023 a history path or column named that
--- does not exist (DETAIL lists those found).
--- Whether the caller may read every one of `cols` of `rel` (a path or join is used only then:
--- training reads what it finds with the caller's rights, and an unreadable column is a 42501).
-CREATE FUNCTION tributary._learn_readable(rel regclass, cols name[])
-RETURNS boolean LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(cols) c
-                        WHERE NOT pg_catalog.has_column_privilege(rel, c, 'SELECT'))
-$$;
-
+-- (42501). A path or column that reads a table other than tbl is found only when that table is
+-- trusted (tributary._learn_trusted: tbl's owner's, or of a role the caller is a member of) or
+-- the path or column is in `named` (NULL: the names in history and columns, as tributary_train
+-- gives them; a stored predictor passes the names its trainer gave). Errors: 42809 tbl not a
+-- table; 42703 unknown label, as_of or embedding column; 42804 as_of not a number, date or
+-- timestamp, a number label of a type that is not built in, embedding not vector/halfvec;
+-- 22023 a history path or column named that does not exist (DETAIL lists those found).
 CREATE FUNCTION tributary._learn_spec(
-    tbl regclass, label name, embedding name, as_of name, history text[], columns text[])
+    tbl regclass, label name, embedding name, as_of name, history text[], columns text[],
+    named text[] DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    vec text := tributary._vector_schema();
-    kind text := tributary.label_kind(tbl, label, 'auto');
+    vec text;
+    kind text;
+    rk "char" := (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl);
     ty record;
     a record;
     fk record;
     fk2 record;
     fk3 record;
     lk record;
-    key_expr text := tributary.row_key(tbl, 't');
+    key_expr text;
     as_of_expr text := 'CAST(NULL AS pg_catalog.float8)';
     as_of_sql text;
     texts text[] := '{}';
@@ -179,24 +288,60 @@ DECLARE
     used_cols text[] := '{}';
     used_paths text[] := '{}';
     sig jsonb := '[]';
+    reads jsonb := '[]';
+    untrusted text[] := '{}';
+    vouched text[] := '{}';
+    own oid := (SELECT c.relowner FROM pg_class c WHERE c.oid = tbl);
+    names text[] := coalesce(named, ARRAY(SELECT h FROM unnest(coalesce(history, '{}') || coalesce(columns, '{}')) h WHERE h NOT LIKE '-%'));
+    p_ok boolean;
+    g_ok boolean;
+    p_own boolean;
+    g_own boolean;
     key_cols name[];
     pname text;
+    path2 text;
     n bigint;
+    num text;
     pn text[];
     pnn text[];
     ptx text[];
     emb_expr text := 'CAST(NULL AS pg_catalog.float4[])';
     ridx integer;
 BEGIN
+    -- A table (its rows are read with tableoid and ctid, and written back by them).
+    IF rk IS NOT NULL AND rk NOT IN ('r', 'p', 'm', 'f') THEN
+        RAISE EXCEPTION '"%" is not a table', tbl USING ERRCODE = '42809',
+            DETAIL = format('It is %s.', CASE rk WHEN 'S' THEN 'a sequence' WHEN 'v' THEN 'a view' WHEN 'c' THEN 'a composite type'
+                                              WHEN 'i' THEN 'an index' WHEN 'I' THEN 'an index' WHEN 't' THEN 'a TOAST table'
+                                              ELSE format('a relation of kind %L', rk) END),
+            HINT = 'A predictor learns from a table, a partitioned table, a materialized view or a foreign table.';
+    END IF;
+    vec := tributary._vector_schema();
+    kind := tributary.label_kind(tbl, label, 'auto');
+    -- The row's key (tributary.row_key); without a primary or shards' key its ctid, which a
+    -- record passed to tributary_predict has none of (%CTID%: NULL there).
+    key_expr := CASE WHEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = tbl AND i.indisprimary)
+                       OR cardinality(tributary._shard_key_columns(tbl)) > 0 THEN tributary.row_key(tbl, 't')
+                     ELSE 'pg_catalog.jsonb_build_object(''ctid'', CAST(%CTID% AS pg_catalog.text))' END;
     -- Columns in a primary or foreign key: never typed features (an id is no quantity).
     SELECT coalesce(array_agg(DISTINCT att.attname), '{}') INTO key_cols
       FROM pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) k(n)
       JOIN pg_attribute att ON att.attrelid = c.conrelid AND att.attnum = k.n
      WHERE c.conrelid = tbl AND c.contype IN ('p', 'f', 'u');
-    sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, label, (tributary._learn_column_type(tbl, label)).sql_type));
+    SELECT * INTO ty FROM tributary._learn_column_type(tbl, label);
+    IF kind = 'number' AND ty.typname IS NULL THEN
+        RAISE EXCEPTION 'label column "%" is of type %, not a built-in number type', label, ty.sql_type USING ERRCODE = '42804';
+    END IF;
+    sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, label, ty.sql_type));
+    reads := tributary._learn_reads(reads, tbl, ARRAY[label]);
+    -- The key columns (tributary.row_key: the primary key, else the shards' key).
+    reads := tributary._learn_reads(reads, tbl, coalesce(
+        (SELECT array_agg(pa.attname) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) k(attnum)
+           JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = tbl AND i.indisprimary),
+        (SELECT array_agg((parse_ident(c))[1]) FROM unnest(tributary._shard_key_columns(tbl)) c)));
 
     IF as_of IS NOT NULL THEN
-        ty := tributary._learn_column_type(tbl, as_of);
+        SELECT * INTO ty FROM tributary._learn_column_type(tbl, as_of);
         IF ty.sql_type IS NULL THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', as_of, tbl USING ERRCODE = '42703';
         END IF;
@@ -205,59 +350,62 @@ BEGIN
             RAISE EXCEPTION 'as_of column "%" is of type %, not a number, date or timestamp', as_of, ty.sql_type
                 USING ERRCODE = '42804', HINT = 'as_of names the column that dates each row: an integer (a year), a date or a timestamp.';
         END IF;
-        as_of_sql := format('SELECT %s FROM (SELECT CAST($1 AS %s) AS %I) t', as_of_expr, ty.sql_type, as_of);
+        -- split_at read by the (built-in) base type's input, never a domain's CHECK.
+        as_of_sql := format('SELECT %s FROM (SELECT CAST($1 AS pg_catalog.%I) AS %I) t', as_of_expr, ty.typname, as_of);
         sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, as_of, ty.sql_type));
+        reads := tributary._learn_reads(reads, tbl, ARRAY[as_of]);
     END IF;
 
     IF embedding IS NOT NULL THEN
         PERFORM tributary.embedding_type(tbl, embedding);
         emb_expr := format('CAST(CAST(t.%I AS %s.vector) AS pg_catalog.float4[])', embedding, vec);
         sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, embedding, (tributary._learn_column_type(tbl, embedding)).sql_type));
+        reads := tributary._learn_reads(reads, tbl, ARRAY[embedding]);
     END IF;
 
     -- Own columns.
-    FOR a IN SELECT att.attname, t.typcategory, t.typname, format_type(att.atttypid, att.atttypmod) AS sql_type
+    FOR a IN SELECT att.attname, b.category AS typcategory, b.typname, t.typname AS own_type, format_type(att.atttypid, att.atttypmod) AS sql_type
                FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+              CROSS JOIN LATERAL tributary._learn_type(att.atttypid) b
               WHERE att.attrelid = tbl AND att.attnum > 0 AND NOT att.attisdropped
                 AND att.attname NOT IN (label, coalesce(embedding, ''), coalesce(as_of, ''))
                 AND NOT att.attname = ANY (key_cols)
                 AND has_column_privilege(tbl, att.attnum, 'SELECT')
               ORDER BY att.attnum LOOP
-        IF a.typname IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector', 'json', 'jsonb') THEN
+        num := tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname);
+        IF a.own_type IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector', 'json', 'jsonb')
+           OR (num IS NULL AND a.typcategory NOT IN ('S', 'E')) THEN
             CONTINUE;
         END IF;
-        -- Values in a sample of 10,000 rows (distinct, NULL not counted): an empty column (a
-        -- target made for the predictions, say) is no feature.
-        EXECUTE format('SELECT count(d.v) FROM (SELECT DISTINCT s.v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
+        -- Values in a sample of 10,000 rows (distinct texts, NULL not counted): an empty column
+        -- (a target made for the predictions, say) is no feature.
+        EXECUTE format('SELECT count(d.v) FROM (SELECT DISTINCT tributary._text(s.v) AS v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
                        a.attname, tbl) INTO n;
         IF n = 0 THEN
             CONTINUE;
         END IF;
-        IF tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname) IS NOT NULL THEN
-            found_cols := found_cols || a.attname::text;
-            IF tributary._learn_chosen(a.attname, columns) THEN
-                nums := nums || ('ARRAY[' || tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname) || ']');
-                num_names := num_names || a.attname::text;
-                used_cols := used_cols || a.attname::text;
-                sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
-            END IF;
-        ELSIF a.typcategory IN ('S', 'E') THEN
-            found_cols := found_cols || a.attname::text;
-            IF NOT tributary._learn_chosen(a.attname, columns) THEN
-                CONTINUE;
-            END IF;
-            texts := texts || format('CAST(t.%I AS pg_catalog.text)', a.attname);
-            used_cols := used_cols || a.attname::text;
-            sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
+        found_cols := found_cols || a.attname::text;
+        IF NOT tributary._learn_chosen(a.attname, columns) THEN
+            CONTINUE;
+        END IF;
+        used_cols := used_cols || a.attname::text;
+        sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
+        reads := tributary._learn_reads(reads, tbl, ARRAY[a.attname]);
+        IF num IS NOT NULL THEN
+            nums := nums || ('ARRAY[' || num || ']');
+            num_names := num_names || a.attname::text;
+        ELSE
+            texts := texts || format('tributary._text(t.%I)', a.attname);
             IF n <= 64 THEN
-                cats := cats || format('CAST(t.%I AS pg_catalog.text)', a.attname);
+                cats := cats || format('tributary._text(t.%I)', a.attname);
                 cat_names := cat_names || a.attname::text;
             END IF;
         END IF;
     END LOOP;
 
     -- Parents: the group of each foreign key, each parent's numbers, and two and three hops;
-    -- each only where the caller may read the columns it joins on.
+    -- each only where the caller may read the columns it joins on, and (but for the one-hop
+    -- group, which reads tbl alone) through trusted tables or named.
     FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
         IF NOT tributary._learn_readable(tbl, fk.cols) THEN
             CONTINUE;
@@ -268,41 +416,49 @@ BEGIN
             groups := groups || tributary._learn_key_text('t', fk.cols);
             group_names := group_names || pname;
             used_paths := used_paths || pname;
+            reads := tributary._learn_reads(reads, tbl, fk.cols);
         END IF;
         IF NOT tributary._learn_readable(fk.ref, fk.ref_cols) THEN
             CONTINUE;
         END IF;
+        p_ok := tributary._learn_trusted(tbl, fk.ref);
+        p_own := (SELECT c.relowner FROM pg_class c WHERE c.oid = fk.ref) = own;
         -- The parent's numbers, as one float8[] subquery per parent.
         pn := '{}';
         pnn := '{}';
         ptx := '{}';
-        FOR a IN SELECT att.attname, t.typcategory, t.typname, format_type(att.atttypid, att.atttypmod) AS sql_type
+        FOR a IN SELECT att.attname, b.category AS typcategory, b.typname, t.typname AS own_type, format_type(att.atttypid, att.atttypmod) AS sql_type
                    FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                  CROSS JOIN LATERAL tributary._learn_type(att.atttypid) b
                   WHERE att.attrelid = fk.ref AND att.attnum > 0 AND NOT att.attisdropped
                     AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk.ref
                                        AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
                     AND has_column_privilege(fk.ref, att.attnum, 'SELECT')
                   ORDER BY att.attnum LOOP
-            IF a.typcategory IN ('S', 'E') THEN
-                -- The parent's text (an album's title, a track's composer) joins the row's text.
-                found_cols := found_cols || (pname || '.' || a.attname);
-                IF tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
-                    ptx := ptx || format('CAST(p.%I AS pg_catalog.text)', a.attname);
-                    used_cols := used_cols || (pname || '.' || a.attname);
-                    sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
-                END IF;
+            num := tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname);
+            IF NOT (a.typcategory IN ('S', 'E') OR (num IS NOT NULL AND a.own_type NOT IN ('vector', 'halfvec'))) THEN
                 CONTINUE;
             END IF;
-            IF tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname) IS NULL
-               OR a.typname IN ('vector', 'halfvec') THEN
+            IF NOT (p_ok OR (pname || '.' || a.attname) = ANY (names)) THEN
+                untrusted := untrusted || fk.ref::text;
                 CONTINUE;
             END IF;
             found_cols := found_cols || (pname || '.' || a.attname);
-            IF tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
-                pn := pn || tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname);
+            IF NOT tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
+                CONTINUE;
+            END IF;
+            used_cols := used_cols || (pname || '.' || a.attname);
+            IF NOT p_own THEN
+                vouched := vouched || (pname || '.' || a.attname);
+            END IF;
+            sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
+            reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), fk.ref, fk.ref_cols || a.attname);
+            IF a.typcategory IN ('S', 'E') THEN
+                -- The parent's text (an album's title, a track's composer) joins the row's text.
+                ptx := ptx || format('tributary._text(p.%I)', a.attname);
+            ELSE
+                pn := pn || num;
                 pnn := pnn || (pname || '.' || a.attname);
-                used_cols := used_cols || (pname || '.' || a.attname);
-                sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
             END IF;
         END LOOP;
         IF cardinality(ptx) > 0 THEN
@@ -324,14 +480,25 @@ BEGIN
             IF NOT tributary._learn_readable(fk.ref, fk2.cols) THEN
                 CONTINUE;
             END IF;
-            found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ','));
-            IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ','), history) THEN
-                groups := groups || format('(SELECT %s FROM %s p WHERE (%s) = (%s))',
-                    tributary._learn_key_text('p', fk2.cols), fk.ref,
-                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
-                    (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
-                group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ','));
-                used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ','));
+            path2 := pname || '.' || array_to_string(fk2.cols, ',');
+            g_ok := tributary._learn_trusted(tbl, fk2.ref);
+            g_own := (SELECT c.relowner FROM pg_class c WHERE c.oid = fk2.ref) = own;
+            IF NOT (p_ok OR path2 = ANY (names)) THEN
+                untrusted := untrusted || fk.ref::text;
+            ELSE
+                found_paths := found_paths || path2;
+                IF tributary._learn_chosen(path2, history) THEN
+                    groups := groups || format('(SELECT %s FROM %s p WHERE (%s) = (%s))',
+                        tributary._learn_key_text('p', fk2.cols), fk.ref,
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    group_names := group_names || path2;
+                    used_paths := used_paths || path2;
+                    IF NOT p_own THEN
+                        vouched := vouched || path2;
+                    END IF;
+                    reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), fk.ref, fk.ref_cols || fk2.cols);
+                END IF;
             END IF;
             -- Three hops: rows whose grandparents share a great-grandparent (a track's album's
             -- artist: "track_id.album_id.artist_id").
@@ -340,34 +507,52 @@ BEGIN
                 IF NOT tributary._learn_readable(fk2.ref, fk2.ref_cols || fk3.cols) THEN
                     CONTINUE;
                 END IF;
-                found_paths := found_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
-                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','), history) THEN
+                IF NOT ((p_ok AND g_ok) OR (path2 || '.' || array_to_string(fk3.cols, ',')) = ANY (names)) THEN
+                    untrusted := untrusted || fk2.ref::text;
+                    CONTINUE;
+                END IF;
+                found_paths := found_paths || (path2 || '.' || array_to_string(fk3.cols, ','));
+                IF tributary._learn_chosen(path2 || '.' || array_to_string(fk3.cols, ','), history) THEN
                     groups := groups || format('(SELECT %s FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
                         tributary._learn_key_text('g', fk3.cols), fk.ref, fk2.ref,
                         (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
                         (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
                         (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
                         (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
-                    group_names := group_names || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
-                    used_paths := used_paths || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || array_to_string(fk3.cols, ','));
+                    group_names := group_names || (path2 || '.' || array_to_string(fk3.cols, ','));
+                    used_paths := used_paths || (path2 || '.' || array_to_string(fk3.cols, ','));
+                    IF NOT (p_own AND g_own) THEN
+                        vouched := vouched || (path2 || '.' || array_to_string(fk3.cols, ','));
+                    END IF;
+                    reads := tributary._learn_reads(tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols),
+                                 fk.ref, fk.ref_cols || fk2.cols), fk2.ref, fk2.ref_cols || fk3.cols);
                 END IF;
             END LOOP;
             -- The grandparent's text (a track's album title) joins the row's text too.
             ptx := '{}';
             FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
-                       FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                       FROM pg_attribute att CROSS JOIN LATERAL tributary._learn_type(att.atttypid) b
                       WHERE att.attrelid = fk2.ref AND att.attnum > 0 AND NOT att.attisdropped
                         AND tributary._learn_readable(fk2.ref, fk2.ref_cols)
-                        AND t.typcategory IN ('S', 'E')
+                        AND b.category IN ('S', 'E')
                         AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk2.ref
                                            AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
                         AND has_column_privilege(fk2.ref, att.attnum, 'SELECT')
                       ORDER BY att.attnum LOOP
-                found_cols := found_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
-                IF tributary._learn_chosen(pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname, columns) THEN
-                    ptx := ptx || format('CAST(g.%I AS pg_catalog.text)', a.attname);
-                    used_cols := used_cols || (pname || '.' || array_to_string(fk2.cols, ',') || '.' || a.attname);
+                IF NOT ((p_ok AND g_ok) OR (path2 || '.' || a.attname) = ANY (names)) THEN
+                    untrusted := untrusted || fk2.ref::text;
+                    CONTINUE;
+                END IF;
+                found_cols := found_cols || (path2 || '.' || a.attname);
+                IF tributary._learn_chosen(path2 || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('tributary._text(g.%I)', a.attname);
+                    used_cols := used_cols || (path2 || '.' || a.attname);
+                    IF NOT (p_own AND g_own) THEN
+                        vouched := vouched || (path2 || '.' || a.attname);
+                    END IF;
                     sig := sig || jsonb_build_array(jsonb_build_array(fk2.ref::text, a.attname, a.sql_type));
+                    reads := tributary._learn_reads(tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols),
+                                 fk.ref, fk.ref_cols || fk2.cols), fk2.ref, fk2.ref_cols || a.attname);
                 END IF;
             END LOOP;
             IF cardinality(ptx) > 0 THEN
@@ -399,6 +584,10 @@ BEGIN
                    ORDER BY c.conrelid::regclass::text, o.conname LOOP
             pname := format('%s.%s.%s', array_to_string(fk.cols, ','), (SELECT relname FROM pg_class WHERE oid = lk.child),
                             array_to_string(lk.other_cols, ','));
+            IF NOT (tributary._learn_trusted(tbl, lk.child) OR pname = ANY (names)) THEN
+                untrusted := untrusted || lk.child::text;
+                CONTINUE;
+            END IF;
             found_paths := found_paths || pname;
             IF NOT tributary._learn_chosen(pname, history) THEN
                 CONTINUE;
@@ -410,10 +599,14 @@ BEGIN
                 ridx := cardinality(refs);
             END IF;
             used_paths := used_paths || pname;
+            IF (SELECT c.relowner FROM pg_class c WHERE c.oid = lk.child) <> own THEN
+                vouched := vouched || pname;
+            END IF;
             links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
                 'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
                               tributary._learn_key_text('l', lk.other_cols), lk.child));
             sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
+            reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), lk.child, lk.cols || lk.other_cols);
         END LOOP;
     END LOOP;
 
@@ -430,6 +623,10 @@ BEGIN
                  AND tributary._learn_readable(tbl, l.ref_cols)
                ORDER BY c.conrelid::regclass::text, o.conname LOOP
         pname := format('%s.%s', (SELECT relname FROM pg_class WHERE oid = lk.child), array_to_string(lk.other_cols, ','));
+        IF NOT (tributary._learn_trusted(tbl, lk.child) OR pname = ANY (names)) THEN
+            untrusted := untrusted || lk.child::text;
+            CONTINUE;
+        END IF;
         found_paths := found_paths || pname;
         IF NOT tributary._learn_chosen(pname, history) THEN
             CONTINUE;
@@ -441,22 +638,24 @@ BEGIN
             ridx := cardinality(refs);
         END IF;
         used_paths := used_paths || pname;
+        IF (SELECT c.relowner FROM pg_class c WHERE c.oid = lk.child) <> own THEN
+            vouched := vouched || pname;
+        END IF;
         links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
             'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
                           tributary._learn_key_text('l', lk.other_cols), lk.child));
         sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
+        reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, lk.ref_cols), lk.child, lk.cols || lk.other_cols);
     END LOOP;
 
-    -- Names asked for that do not exist.
-    SELECT string_agg(quote_literal(h), ', ') INTO pname FROM unnest(history) h
-     WHERE ltrim(h, '-') <> ALL (found_paths);
+    -- Names asked for that do not exist (cut: a name echoed in a message is at most 64 characters).
+    pname := tributary._learn_list(ARRAY(SELECT h FROM unnest(history) h WHERE ltrim(h, '-') <> ALL (found_paths)));
     IF pname IS NOT NULL THEN
         RAISE EXCEPTION 'history path % of relation "%" does not exist', pname, tbl USING ERRCODE = '22023',
             DETAIL = format('The paths found: %s.', coalesce(nullif(array_to_string(found_paths, ', '), ''), 'none')),
-            HINT = 'Paths are named by the foreign key columns they follow (see tributary_train''s documentation).';
+            HINT = 'Paths are named by the foreign key columns they follow (see tributary_train''s documentation); a path through a table of another role is found only when named.';
     END IF;
-    SELECT string_agg(quote_literal(h), ', ') INTO pname FROM unnest(columns) h
-     WHERE ltrim(h, '-') <> ALL (found_cols);
+    pname := tributary._learn_list(ARRAY(SELECT h FROM unnest(columns) h WHERE ltrim(h, '-') <> ALL (found_cols)));
     IF pname IS NOT NULL THEN
         RAISE EXCEPTION 'feature column % of relation "%" does not exist', pname, tbl USING ERRCODE = '22023',
             DETAIL = format('The typed columns found: %s.', coalesce(nullif(array_to_string(found_cols, ', '), ''), 'none')),
@@ -468,7 +667,7 @@ BEGIN
         'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t',
             key_expr, '%TABLEOID%', '%CTID%', as_of_expr,
             CASE kind WHEN 'number' THEN format('CAST(t.%I AS pg_catalog.float8)', label)
-                      ELSE format('CAST(t.%I AS pg_catalog.text)', label) END,
+                      ELSE format('tributary._text(t.%I)', label) END,
             CASE WHEN cardinality(texts) = 0 THEN 'CAST(NULL AS pg_catalog.text)'
                  ELSE format('pg_catalog.concat_ws('' '', %s)', array_to_string(texts, ', ')) END,
             emb_expr,
@@ -489,33 +688,47 @@ BEGIN
         'paths', to_jsonb(found_paths),
         'columns', to_jsonb(found_cols),
         'columns_used', to_jsonb(used_cols),
-        'paths_used', to_jsonb(used_paths));
+        'paths_used', to_jsonb(used_paths),
+        'reads', (SELECT coalesce(jsonb_agg(jsonb_build_array(r.t, r.cols) ORDER BY r.first), '[]')
+                    FROM (SELECT CAST(e ->> 0 AS int8) AS t, jsonb_agg(DISTINCT e -> 1) AS cols, min(o) AS first
+                            FROM jsonb_array_elements(reads) WITH ORDINALITY x(e, o) GROUP BY 1) r),
+        'untrusted', to_jsonb(ARRAY(SELECT DISTINCT u FROM unnest(untrusted) u ORDER BY 1)),
+        'vouched', to_jsonb(vouched));
 END $$;
 
-ALTER FUNCTION _predict_record(text, jsonb) SET SCHEMA tributary;
+ALTER FUNCTION _predict_record(text, anyelement) SET SCHEMA tributary;
 
 -- tributary_predict(predictor text, row [, ...]) → (prediction, confidence, evidence): one row's
 -- prediction by a trained predictor (tributary_train), its features as of the row's own as_of.
--- `row` is a row of the predictor's table (a whole-row reference, or ROW(...)::tbl for a row not
--- in the table). See tributary._predict_record (src/api/learn.rs) for the evidence and errors.
+-- `row` is a row of the predictor's table or of one of its partitions (a whole-row reference, or
+-- ROW(...)::tbl for a row not in the table); anything else (an anonymous ROW(...), another
+-- table's row) is 42804. The row goes to tributary._predict_record as it is (no text or JSON
+-- round trip). See tributary._predict_record (src/api/learn.rs) for the evidence and errors.
 -- NULL row gives NULLs.
 CREATE FUNCTION tributary_predict(predictor text, "row" anyelement,
     OUT prediction text, OUT confidence float8, OUT evidence jsonb)
 RETURNS record LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT r.prediction, r.confidence, r.evidence
-      FROM tributary._predict_record(predictor, pg_catalog.to_jsonb("row")) r
+      FROM tributary._predict_record(predictor, "row") r
 $$;
 
 COMMENT ON TABLE tributary._predictors IS 'Trained predictors (tributary_train): the serialised models and what they were trained on; read only through tributary''s functions.';
-COMMENT ON VIEW tributary.predictors IS 'Trained predictors visible to the current role (owner, member of the owner, or allowed to read the label column): options, features, metrics, no model.';
-COMMENT ON FUNCTION tributary._learn_column_type(regclass, name) IS 'Internal: a column''s format_type, type category and type name.';
+COMMENT ON VIEW tributary.predictors IS 'Trained predictors visible to the current role (its owner, a member of the owner, or a role that may see every row and column it was trained on): options, features, metrics, no model.';
+COMMENT ON FUNCTION tributary._learn_short(text) IS 'Internal: a name cut to 64 characters for a message.';
+COMMENT ON FUNCTION tributary._learn_list(text[]) IS 'Internal: the first ten names of a list, quoted and cut, for a message.';
+COMMENT ON FUNCTION tributary._learn_type(oid) IS 'Internal: a type''s category through domains, and its name when built in.';
+COMMENT ON FUNCTION tributary._learn_column_type(regclass, name) IS 'Internal: a column''s format_type, type category and built-in type name.';
 COMMENT ON FUNCTION tributary._learn_number(text, "char", name) IS 'Internal: a float8 expression of a number, boolean, date or timestamp expression.';
 COMMENT ON FUNCTION tributary._learn_key_text(text, name[]) IS 'Internal: a text expression of key columns (NULL when one is NULL).';
 COMMENT ON FUNCTION tributary._learn_fkeys(regclass) IS 'Internal: the foreign keys of a table with their columns.';
 COMMENT ON FUNCTION tributary._learn_chosen(text, text[]) IS 'Internal: whether a name is chosen by a list of names or -exclusions (NULL: all).';
 COMMENT ON FUNCTION tributary._learn_readable(regclass, name[]) IS 'Internal: whether the caller may read every one of these columns of the relation.';
-COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
-COMMENT ON FUNCTION tributary._predict_record(text, jsonb) IS 'Internal: one row''s prediction by a predictor (behind tributary_predict(predictor, row)).';
+COMMENT ON FUNCTION tributary._learn_trusted(regclass, regclass) IS 'Internal: whether a predictor over a table may read another table unnamed (owned by the table''s owner or a role the caller is a member of).';
+COMMENT ON FUNCTION tributary._learn_reads(jsonb, regclass, name[]) IS 'Internal: the columns a predictor reads, with more added.';
+COMMENT ON FUNCTION tributary._learn_rls(oid, oid) IS 'Internal: whether row-level security applies to a role on a table.';
+COMMENT ON FUNCTION tributary._predictor_hidden(oid, regclass[], jsonb) IS 'Internal: why a role other than its owner may not use a predictor reading these tables and columns, or NULL.';
+COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
+COMMENT ON FUNCTION tributary._predict_record(text, anyelement) IS 'Internal: one row''s prediction by a predictor (behind tributary_predict(predictor, row)).';
 COMMENT ON FUNCTION tributary_predict(text, anyelement) IS 'One row''s prediction by a trained predictor, its features as of the row''s time, with evidence.';
 COMMENT ON FUNCTION tributary_train(text, regclass, name, name, name, text, text[], text[], text, integer) IS 'Trains a predictor of a column over k-NN votes, a TF-IDF model, the as-of label history through foreign keys and typed columns; returns its metrics next to k-NN and the majority baseline.';
 COMMENT ON FUNCTION tributary_predict_column(text, name, integer) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL.';

@@ -15,6 +15,14 @@
 -- rows, and the refresh runs again. A refresh that fails is recorded (last_error) and retried
 -- after the poll interval; after tributary.job_max_attempts failures in a row the job is
 -- 'failed' (drop it and create it again once the cause is fixed, e.g. after retraining).
+--
+-- A job is bound to its predictor as it was when the job was made: its table (tbl) and its owner
+-- (predictor_owner). A refresh that finds the predictor trained again on another table, or a
+-- predictor of that name owned by another role (dropped and made again), writes nothing and
+-- fails the job at once (last_error says which). The job's owner (the table's owner) must be
+-- allowed to use the predictor (tributary._predictor_hidden), and the triggers go only on tables
+-- the job's owner owns: a change to another role's parent or link table queues nothing (a
+-- NOTICE at creation names them), so that role cannot make the job read its table at will.
 
 CREATE TABLE tributary._predict_jobs (
     id            bigserial PRIMARY KEY,
@@ -30,6 +38,7 @@ CREATE TABLE tributary._predict_jobs (
     last_error    text,
     last_error_at timestamptz,
     created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    predictor_owner regrole,                   -- the predictor's owner when the job was made (NULL: made before 0.11.0, unbound)
     UNIQUE (tbl, target)
 );
 -- One row per statement that may change a prediction; taken (deleted) by the refresh that covers it.
@@ -114,26 +123,33 @@ DECLARE
     cols   text;
     rel    regclass;
     job    bigint;
+    why    text;
+    others text[] := '{}';
 BEGIN
     IF pred IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'predictor and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO p FROM tributary._predictors x WHERE x.name = pred;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'predictor "%" does not exist', pred USING ERRCODE = 'undefined_object',
+        RAISE EXCEPTION 'predictor "%" does not exist', tributary._learn_short(pred) USING ERRCODE = 'undefined_object',
             HINT = 'Predictors are listed in tributary.predictors; tributary_train makes one.';
     END IF;
     SELECT c.relowner, c.relkind INTO tbl_owner, kind FROM pg_class c WHERE c.oid = p.tbl;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'the table of predictor "%" was dropped', pred USING ERRCODE = 'undefined_table';
+        RAISE EXCEPTION 'the table of predictor "%" was dropped', tributary._learn_short(pred) USING ERRCODE = 'undefined_table';
     END IF;
     IF NOT pg_has_role(caller, tbl_owner, 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table %', p.tbl USING ERRCODE = 'insufficient_privilege',
             HINT = 'A predict job writes the table as its owner: its owner (or a member of the owning role) makes it.';
     END IF;
-    IF NOT (pg_has_role(caller, p.owner, 'USAGE') OR has_column_privilege(caller, p.tbl, p.label, 'SELECT')) THEN
-        RAISE EXCEPTION 'permission denied for predictor "%"', pred USING ERRCODE = 'insufficient_privilege',
-            HINT = 'Using a predictor needs its ownership or SELECT on its label column.';
+    -- The job uses the predictor as the table's owner: that role must be allowed to.
+    IF NOT pg_has_role(tbl_owner, p.owner, 'USAGE') THEN
+        why := tributary._predictor_hidden(tbl_owner, p.read_tables, p.read_columns);
+        IF why IS NOT NULL THEN
+            RAISE EXCEPTION 'permission denied for predictor "%"', tributary._learn_short(pred) USING ERRCODE = 'insufficient_privilege',
+                DETAIL = why,
+                HINT = 'A predict job uses the predictor as the table''s owner, who must own it (or be a member of its owner) or may see every row and column it was trained on.';
+        END IF;
     END IF;
     IF target = p.label THEN
         RAISE EXCEPTION 'target must not be the label column "%"', target USING ERRCODE = 'invalid_parameter_value',
@@ -147,8 +163,8 @@ BEGIN
         RAISE EXCEPTION 'a predict job already writes column "%" of %', target, p.tbl USING ERRCODE = 'duplicate_object',
             HINT = 'tributary.predict_jobs lists it; tributary_predict_job_drop drops it.';
     END IF;
-    INSERT INTO tributary._predict_jobs (predictor, target, tbl, owner)
-    VALUES (pred, target, p.tbl, tbl_owner::regrole) RETURNING id INTO job;
+    INSERT INTO tributary._predict_jobs (predictor, target, tbl, owner, predictor_owner)
+    VALUES (pred, target, p.tbl, tbl_owner::regrole, p.owner) RETURNING id INTO job;
 
     -- On the table: every column but target (the job's own UPDATEs set target only).
     SELECT string_agg(quote_ident(t.attname), ', ' ORDER BY t.attnum) INTO cols
@@ -158,11 +174,21 @@ BEGIN
     EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %s OR DELETE%s ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
                    'tributary_predict_' || job, cols,
                    CASE WHEN kind IN ('r', 'p') THEN ' OR TRUNCATE' ELSE '' END, p.tbl, job);
-    -- On the tables its history and features read: any change.
+    -- On the tables its history and features read that the table's owner owns: any change.
+    -- Another role's table gets no trigger of this job (that role could otherwise start its
+    -- refreshes at will, and a trigger on a table is its owner's to make).
     FOR rel IN SELECT r FROM tributary._predict_related(p.tbl) r LOOP
+        IF (SELECT c.relowner FROM pg_class c WHERE c.oid = rel) <> tbl_owner THEN
+            others := others || rel::text;
+            CONTINUE;
+        END IF;
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
                        'tributary_predict_' || job, rel, job);
     END LOOP;
+    IF cardinality(others) > 0 THEN
+        RAISE NOTICE 'predict job % does not watch %, owned by other roles than %', job, array_to_string(others, ', '), tbl_owner::regrole
+            USING DETAIL = 'A change there refreshes the predictions only with the next change to a table the job watches.';
+    END IF;
     -- The first refresh fills the rows there now.
     INSERT INTO tributary._predict_dirty (job) VALUES (job);
     PERFORM tributary._wake_launcher();
@@ -202,9 +228,10 @@ REVOKE ALL ON FUNCTION tributary._predict_job_create(oid, jsonb), tributary._pre
 -- tributary_predict_job_create(predictor, target) -> job id: keeps column target of the
 -- predictor's table filled by the background workers (see above). SECURITY INVOKER, so that
 -- tributary._job_call sees who calls it. Errors: 22004 NULL; 42704 unknown predictor; 42501 the
--- caller is not (a member of) the table's owner, or may not use the predictor (its ownership or
--- SELECT on the label column); 22023 target = the label column; 42703 unknown target; 42710 a
--- predict job writes that column already; 42P01 the table was dropped.
+-- caller is not (a member of) the table's owner, or the table's owner may not use the predictor
+-- (tributary._predictor_hidden, DETAIL: why); 22023 target = the label column; 42703 unknown
+-- target; 42710 a predict job writes that column already; 42P01 the table was dropped. A NOTICE
+-- names the tables the job reads but does not watch (owned by other roles).
 CREATE FUNCTION tributary_predict_job_create(predictor text, target name) RETURNS bigint
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT tributary._job_call('predict_create', jsonb_build_object('predictor', predictor, 'target', target))

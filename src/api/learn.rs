@@ -14,9 +14,12 @@ use crate::pg::spi::pinned;
 mod record;
 
 use crate::service::learn::{
-    check_owner, learn_error, load, spec, spec_of, split_value, store, stored, Fnv, Loaded,
-    NewPredictor, Options, PgControl, Source,
+    check_owner, learn_error, load, raise_with, short, spec, spec_of, split_value, store, stored,
+    Fnv, Loaded, NewPredictor, Options, PgControl, Source,
 };
+
+/// The longest predictor name, in bytes (as PostgreSQL's own object names).
+const MAX_NAME: usize = 63;
 
 /// One row of `tributary_train`'s result: method, algorithm, split, rows, accuracy, macro_f1,
 /// mae, seconds.
@@ -70,12 +73,20 @@ fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option
 /// `as_of` are left out (a NOTICE counts them); rows with a NULL label are neither trained on nor
 /// scored.
 ///
+/// Paths and columns through a table other than `tbl` (a parent's columns, a two- or three-hop
+/// path, a link table) are found only when that table belongs to tbl's owner or to a role the
+/// caller is a member of (superuser status not counting), or when `history` / `columns` names
+/// them (the owner rule of child context; a NOTICE names the tables left out). Infinite dates
+/// and timestamps, and infinite or NaN numbers, are missing values.
+///
 /// Errors: 22004 NULL predictor, tbl, label, algorithm or k, or a NULL element of history or
-/// columns; 22023 k outside 1..1000, unknown algorithm, split_at without as_of, fewer than two
-/// classes (or no rows) to train on, a history path or column that does not exist (DETAIL: those
-/// found); 42P01 dropped table; 42703 unknown column; 42804 as_of not a number/date/timestamp,
-/// embedding not vector/halfvec; 42501 predictor owned by another role, or a column the caller
-/// may not read; 54000 tributary.learn_memory; 25006 read-only transaction.
+/// columns; 22023 empty predictor name, k outside 1..1000, unknown algorithm, split_at without
+/// as_of, fewer than two classes (or no rows) to train on, a history path or column that does not
+/// exist (DETAIL: those found; names in messages are cut to 64 characters); 42622 a predictor
+/// name over 63 bytes; 42809 tbl is not a table (a view, a sequence, ...); 42P01 dropped table;
+/// 42703 unknown column; 42804 as_of not a number/date/timestamp, embedding not vector/halfvec;
+/// 42501 predictor owned by another role, or a column the caller may not read; 54000
+/// tributary.learn_memory; 25006 read-only transaction.
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 #[pg_extern(volatile, parallel_unsafe)]
 pub(crate) fn tributary_train(
@@ -120,6 +131,7 @@ pub(crate) fn tributary_train(
             columns: no_nulls(columns, "an element of columns").or_raise(),
             algorithm: algorithm.to_string(),
             k: k.max(0) as usize,
+            named: None,
         },
         split_at,
         k,
@@ -158,14 +170,43 @@ fn train(
             hint: None,
         });
     }
+    if predictor.len() > MAX_NAME {
+        raise_with(
+            pgrx::PgSqlErrorCode::ERRCODE_NAME_TOO_LONG,
+            format!("predictor name \"{}\" is too long", short(predictor)),
+            Some(format!(
+                "It is {} bytes; a predictor name has at most {MAX_NAME}.",
+                predictor.len()
+            )),
+            None,
+        );
+    }
     crate::pg::spi::require_writable(c"tributary_train()");
     check_owner(predictor)?;
     let oid = tbl.lock()?;
     let ctl = PgControl::new("tributary_train");
     let plan = spec(oid, &opts)?;
+    if !plan.untrusted.is_empty() {
+        pgrx::notice!(
+            "tributary_train: the paths and columns through {} (owned by other roles) are not read; name them in history or columns to read them",
+            plan.untrusted.join(", ")
+        );
+    }
     // The predictor keeps the columns and paths it uses, by name: columns added later are not
-    // features of it.
+    // features of it; and those its trainer named, which are read whoever owns their tables.
     let mut opts = opts;
+    let mut named: Vec<String> = (opts.history.iter().flatten())
+        .chain(opts.columns.iter().flatten())
+        .filter(|n| !n.starts_with('-'))
+        .filter(|n| plan.paths_used.contains(n) || plan.columns_used.contains(n))
+        .cloned()
+        .collect();
+    for v in &plan.vouched {
+        if !named.contains(v) {
+            named.push(v.clone());
+        }
+    }
+    opts.named = Some(named);
     opts.columns = Some(plan.columns_used.clone());
     opts.history = Some(plan.paths_used.clone());
     let split = split_at.map(|s| split_value(&plan, s)).transpose()?;
@@ -269,6 +310,7 @@ fn train(
         metrics,
         training_rows,
         digest: format!("{:016x}", digest.finish()),
+        reads: &plan.reads,
     })?;
     Ok(rows)
 }
@@ -286,10 +328,15 @@ fn train(
 /// `tributary.progress_interval` ms; a cancel or statement_timeout stops it and nothing is
 /// written (one statement).
 ///
+/// The prediction becomes a value of target's type by PostgreSQL's own cast from text when that
+/// type is built in (through domains), else by the type's input function (`tributary._text_as`):
+/// never by a cast from text that a type's owner made.
+///
 /// Errors: 22004 NULL argument; 22023 batch_size < 1, target = the label column; 42704 unknown
-/// predictor; 42501 neither its owner nor allowed to read its label column, or no UPDATE on
-/// target; 42703 unknown target; 55000 the table's columns changed since training (DETAIL: what
-/// changed); 42P01 its table was dropped.
+/// predictor; 42501 neither its owner (or a member) nor a role that may see every row and column
+/// it was trained on (DETAIL: why; `tributary._predictor_hidden`), or no UPDATE on target; 42703
+/// unknown target; 55000 the table's columns changed since training (DETAIL: what changed); 42P01
+/// its table was dropped.
 #[pg_extern(name = "tributary_predict_column", volatile, parallel_unsafe)]
 pub(crate) fn tributary_predict_column_predictor(
     predictor: Option<&str>,
@@ -301,10 +348,87 @@ pub(crate) fn tributary_predict_column_predictor(
             "predictor, target and batch_size",
         ));
     };
-    predict_column(predictor, &target.0, batch_size).or_raise()
+    predict_column(predictor, &target.0, batch_size, None).or_raise()
 }
 
-fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
+/// `tributary._predict_column_job(predictor text, target name, tbl oid, predictor_owner oid)` →
+/// bigint: `tributary_predict_column(predictor, target)` for a predict job (src/worker/predict.rs
+/// calls it as the table's owner, by its schema and exact argument types, so that no overload
+/// made in another schema can be called instead or make the call ambiguous). Refused (55000,
+/// nothing written) unless the predictor is still trained on table `tbl` and owned by
+/// `predictor_owner`, as when the job was made.
+#[pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn _predict_column_job(
+    predictor: Option<&str>,
+    target: Option<Name>,
+    tbl: Option<pg_sys::Oid>,
+    predictor_owner: Option<pg_sys::Oid>,
+) -> i64 {
+    let (Some(predictor), Some(target), Some(tbl), Some(owner)) =
+        (predictor, target, tbl, predictor_owner)
+    else {
+        raise(TributaryError::NullArgument(
+            "predictor, target, tbl and predictor_owner",
+        ));
+    };
+    predict_column(predictor, &target.0, 1000, Some((tbl, owner))).or_raise()
+}
+
+// Internal, in schema tributary (which only the extension's owner may create objects in).
+pgrx::extension_sql!(
+    r#"
+ALTER FUNCTION _predict_column_job(text, name, oid, oid) SET SCHEMA tributary;
+COMMENT ON FUNCTION tributary._predict_column_job(text, name, oid, oid) IS 'Internal: tributary_predict_column for a predict job, refused unless the predictor still has the table and owner the job was made with.';
+"#,
+    name = "predict_column_job",
+    requires = ["bootstrap", _predict_column_job]
+);
+
+/// 55000 unless predictor `name` (as stored: `p`) has the table and owner a predict job was made
+/// with (`bound`).
+fn check_bound(name: &str, p: &crate::service::learn::Stored, bound: (pg_sys::Oid, pg_sys::Oid)) {
+    let (tbl, owner) = bound;
+    let what = if p.tbl != tbl {
+        format!(
+            "it is trained on table {} now, not on {}",
+            crate::pg::regclass::display_name(p.tbl).unwrap_or_else(|| p.tbl.to_u32().to_string()),
+            crate::pg::regclass::display_name(tbl).unwrap_or_else(|| tbl.to_u32().to_string())
+        )
+    } else if p.owner != owner {
+        format!(
+            "it belongs to role {} now, not to role {}",
+            role_name(p.owner),
+            role_name(owner)
+        )
+    } else {
+        return;
+    };
+    raise_with(
+        pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("predictor \"{}\" is not the one the predict job was made with", short(name)),
+        Some(format!("{what}: nothing was written.")),
+        Some("Drop the job (tributary_predict_job_drop) and make it again for the predictor as it is now."),
+    );
+}
+
+fn role_name(role: pg_sys::Oid) -> String {
+    // SAFETY: a syscache lookup; NULL (noerr) for a dropped role.
+    let n = unsafe { pg_sys::GetUserNameFromId(role, true) };
+    if n.is_null() {
+        return role.to_u32().to_string();
+    }
+    // SAFETY: a palloc'd C string.
+    unsafe { std::ffi::CStr::from_ptr(n) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn predict_column(
+    name: &str,
+    target: &str,
+    batch_size: i32,
+    bound: Option<(pg_sys::Oid, pg_sys::Oid)>,
+) -> Result<i64> {
     if batch_size < 1 {
         return Err(TributaryError::InvalidArgument {
             message: format!("batch_size must be at least 1, not {batch_size}"),
@@ -313,6 +437,9 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
     }
     crate::pg::spi::require_writable(c"tributary_predict_column()");
     let p = stored(name)?;
+    if let Some(b) = bound {
+        check_bound(name, &p, b);
+    }
     let oid = RegClass(p.tbl).lock()?;
     if target == p.options.label {
         return Err(TributaryError::InvalidArgument {
@@ -322,7 +449,10 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
     }
     if p.options.columns.iter().flatten().any(|c| c == target) {
         return Err(TributaryError::InvalidArgument {
-            message: format!("target \"{target}\" is a feature of predictor \"{name}\""),
+            message: format!(
+                "target \"{target}\" is a feature of predictor \"{}\"",
+                short(name)
+            ),
             hint: Some(format!(
                 "Write to another column, or train again without it: columns => '{{-{target}}}'."
             )),
@@ -330,8 +460,12 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
     }
     let table =
         sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
-    let target_type = crate::pg::spi::select_one::<String>(
-        "SELECT (tributary._learn_column_type($1::pg_catalog.regclass, $2::pg_catalog.name)).sql_type",
+    // The prediction (text) as a value of target's type: a built-in type's cast, or the type's
+    // input function (never a cast from text that a role made).
+    let value = crate::pg::spi::select_one::<String>(
+        "SELECT tributary._text_as('u.p', a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a \
+          WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attname OPERATOR(pg_catalog.=) $2 \
+            AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped",
         &[oid.into(), target.into()],
     )
     .map_err(spi_error)?
@@ -371,7 +505,7 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
     }
     let preds = learn::predict(&model, &ds, &targets, &ctl).map_err(|e| learn_error(e, &ctl))?;
     let update = format!(
-        "UPDATE {table} AS t SET {col} = CAST(u.p AS {target_type}) \
+        "UPDATE {table} AS t SET {col} = {value} \
            FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.oid[]), pg_catalog.unnest($2::pg_catalog.tid[]), \
                            pg_catalog.unnest($3::pg_catalog.text[])) AS u(rel, id, p) \
           WHERE t.tableoid OPERATOR(pg_catalog.=) u.rel AND t.ctid OPERATOR(pg_catalog.=) u.id",
@@ -384,6 +518,7 @@ fn predict_column(name: &str, target: &str, batch_size: i32) -> Result<i64> {
         .collect::<Vec<_>>()
         .chunks(batch_size as usize)
     {
+        // Cancel and statement_timeout between two statements (and in the learner's loops).
         ctl.check_raise();
         let mut rels = Vec::with_capacity(chunk.len());
         let mut ids = Vec::with_capacity(chunk.len());
@@ -410,11 +545,13 @@ fn spi_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-/// `tributary._predict_record(predictor text, "row" jsonb)` → (prediction text, confidence
+/// `tributary._predict_record(predictor text, "row" anyelement)` → (prediction text, confidence
 /// float8, evidence jsonb): one row's prediction (`tributary_predict(predictor, row)` in
-/// sql/learn.sql passes the row as jsonb), its features as of its own `as_of`. The row is read
-/// as a row of the predictor's table (jsonb_populate_record); a row of the table with the same
-/// key is left out of the rows it learns from (its own label never counts). The table's rows are
+/// sql/learn.sql passes the row on), its features as of its own `as_of`. The row must be of the
+/// predictor's table's row type or of one of its partitions' (42804 otherwise: an anonymous
+/// `ROW(...)`, another table's row); it is read by column name as it is, with no text or JSON
+/// round trip. A row of the table with the same key is left out of the rows it learns from (its
+/// own label never counts). The table's rows are
 /// read once per statement ([`TableCache`]): the first call of a statement reads them, the
 /// others of the same statement (`SELECT tributary_predict('p', t) FROM t WHERE ...`) reuse
 /// them and compute only their own row's features (O(rows) each: the k-NN search and the
@@ -425,7 +562,7 @@ fn spi_ident(s: &str) -> String {
 #[pg_extern(volatile, parallel_unsafe)]
 pub(crate) fn _predict_record(
     predictor: Option<&str>,
-    row: Option<pgrx::JsonB>,
+    row: Option<pgrx::AnyElement>,
 ) -> TableIterator<
     'static,
     (

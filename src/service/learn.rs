@@ -50,6 +50,15 @@ pub struct Spec {
     pub columns: Vec<String>,
     pub columns_used: Vec<String>,
     pub paths_used: Vec<String>,
+    /// Every column the chosen features read, by table (its OID), the predictor's own first.
+    #[serde(default)]
+    pub reads: Vec<(i64, Vec<String>)>,
+    /// The tables of other roles that were left out (`tributary._learn_trusted`).
+    #[serde(default)]
+    pub untrusted: Vec<String>,
+    /// The chosen paths and columns through tables that tbl's owner does not own.
+    #[serde(default)]
+    pub vouched: Vec<String>,
 }
 
 impl Spec {
@@ -75,15 +84,23 @@ pub struct Options {
     pub columns: Option<Vec<String>>,
     pub algorithm: String,
     pub k: usize,
+    /// The history paths and columns read even through tables of other roles
+    /// (`tributary._learn_trusted`). `None` in the plan of a training call (the names in
+    /// `history` and `columns`); a stored predictor's: those its trainer named and those through
+    /// tables of other roles it used (as a member of their owner), so that whoever may use the
+    /// predictor reads what it was trained on (absent before 0.11.0: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named: Option<Vec<String>>,
 }
 
-/// The plan for `tbl` under `opts`, as the caller sees the table (42703, 42804, 22023 from
-/// sql/learn.sql).
+/// The plan for `tbl` under `opts`, as the caller sees the table (42809, 42703, 42804, 22023
+/// from sql/learn.sql).
 pub fn spec(tbl: pg_sys::Oid, opts: &Options) -> Result<Spec> {
     let json = pinned(|| {
         Spi::get_one_with_args::<pgrx::JsonB>(
             "SELECT tributary._learn_spec($1::pg_catalog.regclass, $2::pg_catalog.name, \
-             $3::pg_catalog.name, $4::pg_catalog.name, $5::pg_catalog.text[], $6::pg_catalog.text[])",
+             $3::pg_catalog.name, $4::pg_catalog.name, $5::pg_catalog.text[], $6::pg_catalog.text[], \
+             $7::pg_catalog.text[])",
             &[
                 tbl.into(),
                 opts.label.as_str().into(),
@@ -91,6 +108,7 @@ pub fn spec(tbl: pg_sys::Oid, opts: &Options) -> Result<Spec> {
                 opts.as_of.as_deref().into(),
                 opts.history.clone().into(),
                 opts.columns.clone().into(),
+                opts.named.clone().into(),
             ],
         )
     })
@@ -116,10 +134,15 @@ pub fn split_value(spec: &Spec, split_at: &str) -> Result<f64> {
         })
 }
 
-/// Where the rows come from: the whole table, or one record given as jsonb (of the table's type).
+/// Where the rows come from: the whole table, or one record: a datum of the table's row type (or
+/// of one of its partitions'), read by column name as it is (no text or JSON round trip, so no
+/// cast, input function or domain CHECK runs on it).
 pub enum Source<'a> {
     Table(&'a str),
-    Record { table: &'a str, row: pgrx::JsonB },
+    Record {
+        datum: pg_sys::Datum,
+        typoid: pg_sys::Oid,
+    },
 }
 
 /// The rows of a plan, read: the dataset and what identifies each row.
@@ -166,23 +189,20 @@ fn group_id(path: usize, text: &str) -> u64 {
 /// `tributary.learn_memory` (54000 past it).
 pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> {
     let limit = gucs::learn_memory_bytes();
-    let (sql, args): (String, Vec<pgrx::JsonB>) = match &source {
+    let (sql, record) = match &source {
         Source::Table(t) => (
             spec.rows_sql
-                .replace("%SOURCE%", t)
                 .replace("%TABLEOID%", "t.tableoid")
-                .replace("%CTID%", "t.ctid"),
-            vec![],
+                .replace("%CTID%", "t.ctid")
+                .replace("%SOURCE%", t),
+            None,
         ),
-        Source::Record { table, row } => (
+        Source::Record { datum, typoid } => (
             spec.rows_sql
-                .replace(
-                    "%SOURCE%",
-                    &format!("pg_catalog.jsonb_populate_record(CAST(NULL AS {table}), $1)"),
-                )
                 .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
-                .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)"),
-            vec![pgrx::JsonB(row.0.clone())],
+                .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)")
+                .replace("%SOURCE%", "(SELECT ($1).*)"),
+            Some((*datum, *typoid)),
         ),
     };
     let number = spec.kind == "number";
@@ -214,7 +234,12 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
 
     pinned(|| -> Result<()> {
         Spi::connect(|client| -> Result<()> {
-            let args: Vec<pgrx::datum::DatumWithOid> = args.into_iter().map(Into::into).collect();
+            let args: Vec<pgrx::datum::DatumWithOid> = record
+                .into_iter()
+                // SAFETY: the datum is a non-NULL value of type `typoid` (the call's argument),
+                // valid for the call.
+                .map(|(d, t)| unsafe { pgrx::datum::DatumWithOid::new(d, t) })
+                .collect();
             let mut cursor = client.open_cursor(&sql, &args);
             loop {
                 ctl.check_raise();
@@ -228,7 +253,11 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                     let rel = row.get::<pg_sys::Oid>(2).map_err(spi_error)?;
                     let tid = row.get::<pg_sys::ItemPointerData>(3).map_err(spi_error)?;
                     tids.push(rel.zip(tid));
-                    let t = row.get::<f64>(4).map_err(spi_error)?;
+                    // An infinite or NaN time is no time (an infinite date is NULL already).
+                    let t = row
+                        .get::<f64>(4)
+                        .map_err(spi_error)?
+                        .filter(|t| t.is_finite());
                     as_of_null.push(has_as_of && t.is_none());
                     // A row of unknown time is never earlier than another: it counts for nothing.
                     as_of.push(t.unwrap_or(f64::MAX));
@@ -268,8 +297,9 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                         .get::<Vec<Option<f64>>>(8)
                         .map_err(spi_error)?
                         .unwrap_or_default();
+                    // An infinite or NaN number is a missing value.
                     for (j, col) in numbers.iter_mut().enumerate() {
-                        col.push(nums.get(j).copied().flatten());
+                        col.push(nums.get(j).copied().flatten().filter(|x| x.is_finite()));
                     }
                     let cs = row
                         .get::<Vec<Option<String>>>(9)
@@ -478,7 +508,8 @@ impl learn::Control for PgControl {
 }
 
 /// A learner's error as the call's: a cancel raises the pending interrupt (57014, with
-/// statement_timeout's message when it was that), memory 54000, bad data 22023.
+/// statement_timeout's message when it was that), memory 54000, bad data 22023, a stored model
+/// that is not valid XX001 (raised here).
 pub fn learn_error(e: learn::Error, ctl: &PgControl) -> TributaryError {
     match e {
         learn::Error::Cancelled(_) => {
@@ -493,6 +524,12 @@ pub fn learn_error(e: learn::Error, ctl: &PgControl) -> TributaryError {
             message: m,
             hint: None,
         },
-        learn::Error::Model(m) => TributaryError::Internal(format!("predictor: {m}")),
+        // A stored model that fails validation when read (crates/learn): damaged data.
+        learn::Error::Model(m) => raise_with(
+            pgrx::PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("predictor: {m}"),
+            None,
+            Some("The stored model cannot be used: train the predictor again (tributary_train)."),
+        ),
     }
 }

@@ -9,6 +9,14 @@
 //! queued by transactions that commit after the delete's snapshot stay, and cause the next
 //! refresh. A crash or an error before the commit leaves the queued rows where they were.
 //!
+//! A job is bound to its predictor as it was when the job was made (its table and its owner,
+//! `tbl` and `predictor_owner`): a refresh that finds the predictor trained again on another
+//! table, or a predictor of that name owned by another role, writes nothing and fails the job at
+//! once, `last_error` saying which (the predictor's row is read `FOR SHARE`, so that a retrain
+//! cannot slip in between the check and the refresh, which checks it again). The refresh calls
+//! `tributary._predict_column_job` by its schema with arguments of its exact types: an overload
+//! made by a role in the extension's schema neither runs in its place nor makes it ambiguous.
+//!
 //! A failed refresh is recorded (`last_error`, `attempts`; `last_run_at` too, so it is retried
 //! after the poll interval); after `tributary.job_max_attempts` failures in a row the job is
 //! `failed` and its triggers queue nothing more. Passing failures (deadlock, serialization, lock
@@ -32,6 +40,8 @@ enum Refresh {
     /// Nothing to do: another worker holds the job, it is not due or not active any more, or
     /// its queue is empty.
     Skipped,
+    /// The predictor is not the one the job was made with: the job failed, nothing written.
+    Unbound(String),
 }
 
 /// Refreshes predict job `id` (see the module's comment).
@@ -49,6 +59,10 @@ pub(super) fn run(id: i64) -> After {
         // Another worker runs it (its queue looks full from here until it commits): wait
         // rather than plan it again at once.
         Ok(Refresh::Skipped) => After::Wait,
+        Ok(Refresh::Unbound(why)) => {
+            pgrx::warning!("tributary predict job {id} failed: {why}");
+            After::Plan
+        }
         Err(e) => {
             let (code, _, _) = error_parts(&e);
             if code == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
@@ -79,7 +93,7 @@ fn refresh(id: i64) -> (Refresh, bool) {
         let mut rows = c.update(
             "SELECT j.predictor, CAST(j.target AS pg_catalog.text), \
                     (SELECT k.relowner FROM pg_catalog.pg_class k WHERE k.oid = j.tbl::pg_catalog.oid), \
-                    CAST(j.tbl AS pg_catalog.text) \
+                    CAST(j.tbl AS pg_catalog.text), CAST(j.tbl AS pg_catalog.oid), CAST(j.predictor_owner AS pg_catalog.oid) \
                FROM tributary._predict_jobs j \
               WHERE j.id = $1 AND j.state = 'active' \
                 AND (j.last_run_at IS NULL OR j.last_run_at <= pg_catalog.now() - $2 * interval '1 millisecond') \
@@ -93,13 +107,15 @@ fn refresh(id: i64) -> (Refresh, bool) {
                 r.get::<String>(2)?.unwrap_or_default(),
                 r.get::<pg_sys::Oid>(3)?,
                 r.get::<String>(4)?.unwrap_or_default(),
+                r.get::<pg_sys::Oid>(5)?.unwrap_or_default(),
+                r.get::<pg_sys::Oid>(6)?,
             ))),
             None => Ok(None),
         }
     })
     .map_err(spi_error)
     .or_raise();
-    let Some((predictor, target, owner, tbl)) = job else {
+    let Some((predictor, target, owner, tbl, tbl_oid, predictor_owner)) = job else {
         return (Refresh::Skipped, true);
     };
     // The queued rows this refresh covers: those its snapshot sees.
@@ -123,22 +139,31 @@ fn refresh(id: i64) -> (Refresh, bool) {
         .report(PgLogLevel::ERROR);
         unreachable!()
     };
-    // tributary_predict_column lives in the extension's schema; named by it, as the owner's
-    // default search_path (as_user) may not include it.
-    let schema = Spi::get_one::<String>(
-        "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
-           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'tributary'",
-    )
-    .map_err(spi_error)
-    .or_raise()
-    .unwrap_or_else(|| "public".into());
-    let sql = format!(
-        "SELECT {schema}.tributary_predict_column(CAST($1 AS pg_catalog.text), CAST($2 AS pg_catalog.name))"
-    );
+    // The predictor the job was made with (locked against a retrain until the commit)?
+    if let Some(why) = unbound(&predictor, tbl_oid, predictor_owner) {
+        Spi::run_with_args(
+            "UPDATE tributary._predict_jobs SET state = 'failed', attempts = attempts + 1, last_error = $2, \
+                    last_error_at = pg_catalog.now(), last_run_at = pg_catalog.now() WHERE id = $1",
+            &[id.into(), why.as_str().into()],
+        )
+        .map_err(spi_error)
+        .or_raise();
+        return (Refresh::Unbound(why), true);
+    }
+    // By its schema and exact argument types (text, name, oid, oid): nothing in the extension's
+    // schema or on the owner's search_path can take its place.
     let written = as_user(owner, || {
-        Spi::get_one_with_args::<i64>(&sql, &[predictor.as_str().into(), target.as_str().into()])
-            .map_err(spi_error)
-            .or_raise()
+        Spi::get_one_with_args::<i64>(
+            "SELECT tributary._predict_column_job(CAST($1 AS pg_catalog.text), CAST($2 AS pg_catalog.name), $3, $4)",
+            &[
+                predictor.as_str().into(),
+                target.as_str().into(),
+                tbl_oid.into(),
+                predictor_owner.unwrap_or_default().into(),
+            ],
+        )
+        .map_err(spi_error)
+        .or_raise()
     })
     .unwrap_or(0);
     Spi::run_with_args(
@@ -152,6 +177,49 @@ fn refresh(id: i64) -> (Refresh, bool) {
     // The postmaster died meanwhile: exit, rolled back, rather than commit to a server that is down.
     exit_if_postmaster_died();
     (Refresh::Done(written), true)
+}
+
+/// Why predictor `name` is not the one a job was made with (on table `tbl`, owned by `owner`;
+/// `None` for a job made before 0.11.0), or `None` when it is, or when there is no predictor of
+/// that name (the refresh fails with 42704 and is retried). Reads its row `FOR SHARE`.
+fn unbound(name: &str, tbl: pg_sys::Oid, owner: Option<pg_sys::Oid>) -> Option<String> {
+    let row = Spi::connect_mut(|c| {
+        let mut rows = c.update(
+            "SELECT CAST(p.tbl AS pg_catalog.oid), CAST(p.owner AS pg_catalog.oid), CAST(p.tbl AS pg_catalog.text), \
+                    CAST(p.owner AS pg_catalog.text), CAST(CAST($2 AS pg_catalog.regclass) AS pg_catalog.text), \
+                    CAST(CAST($3 AS pg_catalog.regrole) AS pg_catalog.text) \
+               FROM tributary._predictors p WHERE p.name OPERATOR(pg_catalog.=) $1 FOR SHARE",
+            None,
+            &[name.into(), tbl.into(), owner.into()],
+        )?;
+        match rows.next() {
+            Some(r) => Ok::<_, pgrx::spi::Error>(Some((
+                r.get::<pg_sys::Oid>(1)?.unwrap_or_default(),
+                r.get::<pg_sys::Oid>(2)?.unwrap_or_default(),
+                r.get::<String>(3)?.unwrap_or_default(),
+                r.get::<String>(4)?.unwrap_or_default(),
+                r.get::<String>(5)?.unwrap_or_default(),
+                r.get::<String>(6)?,
+            ))),
+            None => Ok(None),
+        }
+    })
+    .map_err(spi_error)
+    .or_raise();
+    let (p_tbl, p_owner, p_tbl_name, p_owner_name, tbl_name, owner_name) = row?;
+    let name = crate::service::learn::short(name);
+    if p_tbl != tbl {
+        Some(format!(
+            "predictor \"{name}\" is trained on table {p_tbl_name} now, not on {tbl_name}, the table this job writes: nothing was written (drop the job)"
+        ))
+    } else if Some(p_owner) != owner {
+        Some(format!(
+            "predictor \"{name}\" belongs to role {p_owner_name} now, not to {}, whose predictor this job was made with: nothing was written (drop the job)",
+            owner_name.unwrap_or_else(|| "the role of the predictor before tributary 0.11.0".into())
+        ))
+    } else {
+        None
+    }
 }
 
 /// A failed refresh: recorded, and the job failed after `tributary.job_max_attempts` in a row.

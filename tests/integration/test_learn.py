@@ -400,6 +400,13 @@ def test_privileges_and_row_level_security(env):
     with connect(alice) as a:
         a.execute("GRANT SELECT (kind) ON rl TO learn_bob")
     with connect(bob) as b:
+        # Reading the label column says nothing about rows: still hidden (rl forces row security,
+        # and bob may not read the other columns the predictor reads).
+        assert b.execute("SELECT count(*) FROM tributary.predictors WHERE name = 'rl_p'").fetchone()[0] == 0
+    with connect(alice) as a:
+        a.execute("GRANT SELECT ON rl, rl_person TO learn_bob")
+        a.execute("ALTER TABLE rl NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY")
+    with connect(bob) as b:
         assert b.execute("SELECT count(*) FROM tributary.predictors WHERE name = 'rl_p'").fetchone()[0] == 1
         with pytest.raises(psycopg.Error) as e:
             b.execute("SELECT tributary_drop_predictor('rl_p')")

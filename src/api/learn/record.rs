@@ -4,13 +4,15 @@
 use pgrx::prelude::*;
 use tributary_learn as learn;
 
-use crate::pg::error::{Result, TributaryError};
-use crate::pg::regclass::{sql_name, RegClass};
-use crate::service::learn::{learn_error, load, spec_of, stored, Loaded, PgControl, Source, Spec};
+use crate::pg::error::{spi_error, Result, TributaryError};
+use crate::pg::regclass::{display_name, sql_name, RegClass};
+use crate::service::learn::{
+    learn_error, load, raise_with, spec_of, stored, Loaded, PgControl, Source, Spec,
+};
 
 pub(super) fn predict_record(
     name: &str,
-    row: pgrx::JsonB,
+    row: pgrx::AnyElement,
 ) -> Result<(Option<String>, Option<f64>, Option<pgrx::JsonB>)> {
     let ctl = PgControl::new("tributary_predict");
     let key = TableCache::key(name);
@@ -23,11 +25,24 @@ pub(super) fn predict_record(
             let table = sql_name(oid)
                 .ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
             let plan = spec_of(name, &p)?;
+            // The row types a row may have: the table's, its partitions'.
+            let types = crate::pg::spi::select_one::<Vec<pg_sys::Oid>>(
+                "SELECT pg_catalog.array_agg(c.reltype) FROM pg_catalog.pg_class c \
+                  WHERE c.oid OPERATOR(pg_catalog.=) $1 \
+                     OR c.oid OPERATOR(pg_catalog.=) ANY (SELECT t.relid FROM pg_catalog.pg_partition_tree($1) t)",
+                &[oid.into()],
+            )
+            .map_err(spi_error)?
+            .unwrap_or_default();
+            if !types.contains(&row.oid()) {
+                wrong_row(oid, row.oid());
+            }
             let all = load(&plan, Source::Table(&table), &ctl)?;
             let model = learn::Model::from_bytes(&p.model).map_err(|e| learn_error(e, &ctl))?;
             TableCache {
                 key,
-                table,
+                oid,
+                types,
                 plan,
                 model,
                 all,
@@ -35,11 +50,16 @@ pub(super) fn predict_record(
             }
         }
     };
+    if !cache.types.contains(&row.oid()) {
+        let oid = cache.oid;
+        TableCache::keep(cache);
+        wrong_row(oid, row.oid());
+    }
     let one = load(
         &cache.plan,
         Source::Record {
-            table: &cache.table,
-            row,
+            datum: row.datum(),
+            typoid: row.oid(),
         },
         &ctl,
     )?;
@@ -99,7 +119,9 @@ pub(super) fn predict_record(
 struct TableCache {
     key: (String, i64, i64, u32),
     /// The predictor's table (locked for the transaction by the first call).
-    table: String,
+    oid: pg_sys::Oid,
+    /// The row types a row passed may have: the table's and its partitions'.
+    types: Vec<pg_sys::Oid>,
     /// The plan of the features (checked against the table once: the table is locked for the
     /// statement) and the model, deserialised once.
     plan: Spec,
@@ -107,6 +129,28 @@ struct TableCache {
     all: Loaded,
     /// Row of each key in `all` (built once per statement).
     index: std::collections::HashMap<String, usize>,
+}
+
+/// 42804: a row of type `got` passed for predictor over table `tbl`.
+fn wrong_row(tbl: pg_sys::Oid, got: pg_sys::Oid) -> ! {
+    raise_with(
+        pgrx::PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+        format!(
+            "row must be a row of table {}, not of type {}",
+            display_name(tbl).unwrap_or_default(),
+            type_name(got)
+        ),
+        None,
+        Some("Pass the table's own rows (SELECT p.* FROM t, tributary_predict('predictor', t) p), or ROW(...)::t for a new row."),
+    )
+}
+
+/// Type `typ` as format_type writes it, for messages.
+fn type_name(typ: pg_sys::Oid) -> String {
+    // SAFETY: a catalog lookup in a transaction; a palloc'd C string ("???" for an unknown OID).
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(typ)) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 thread_local! {

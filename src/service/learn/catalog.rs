@@ -1,7 +1,42 @@
 //! The catalog `tributary._predictors`: a predictor read (its owner checked, its plan rebuilt and
 //! checked against the table as it is now) and written, as the extension's owner.
+//!
+//! Who may use a predictor ([`stored`]): its owner, a role inheriting the owner's privileges, or
+//! a role that may see every row and column it was trained on: for each table it reads (its own,
+//! and the parents and link tables of its paths and columns, `read_tables`), USAGE on the
+//! schema, SELECT on every column it reads (`read_columns`), and no row-level security applying
+//! to the role there (not enabled, or the role is a superuser, BYPASSRLS, or inherits the
+//! table owner's privileges and the table does not FORCE it): `tributary._predictor_hidden`,
+//! which the view `tributary.predictors` applies too. A predictor trained before 0.11.0 (no
+//! tables recorded) is its owner's alone until trained again.
 
 use super::*;
+
+/// `s` cut to 64 characters, for messages (a 1 MB name makes no 1 MB error).
+pub fn short(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Raises an error with `code`, `message`, and optionally a DETAIL and a HINT.
+pub fn raise_with(
+    code: pgrx::PgSqlErrorCode,
+    message: String,
+    detail: Option<String>,
+    hint: Option<&str>,
+) -> ! {
+    let mut r = pgrx::pg_sys::panic::ErrorReport::new(code, message, "tributary");
+    if let Some(d) = detail {
+        r = r.set_detail(d);
+    }
+    if let Some(h) = hint {
+        r = r.set_hint(h.to_string());
+    }
+    r.report(PgLogLevel::ERROR);
+    unreachable!("ERROR returns no control")
+}
 
 /// One predictor's catalog row.
 pub struct Stored {
@@ -41,21 +76,24 @@ pub fn check_owner(name: &str) -> Result<()> {
     if let Some(owner) = owner_of(name)? {
         if !is_member_of(owner)? {
             return Err(TributaryError::Permission(format!(
-                "must be owner of predictor \"{name}\""
+                "must be owner of predictor \"{}\"",
+                short(name)
             )));
         }
     }
     Ok(())
 }
 
-/// Predictor `name` for use by the current user: its owner (or a member) or a role that may
-/// read its label column (42501 otherwise; 42704 unknown name).
+/// Predictor `name` for use by the current user: its owner (or a member) or a role that may see
+/// every row and column it was trained on (see the module's comment; 42501 otherwise, DETAIL:
+/// why; 42704 unknown name).
 pub fn stored(name: &str) -> Result<Stored> {
     let row = as_role(extension_owner(), || {
         pinned(|| {
             Spi::connect(|client| {
                 let t = client.select(
-                    "SELECT CAST(owner AS pg_catalog.oid), CAST(tbl AS pg_catalog.oid), kind, options, signature, features, model \
+                    "SELECT CAST(owner AS pg_catalog.oid), CAST(tbl AS pg_catalog.oid), kind, options, signature, features, model, \
+                            CAST(read_tables AS pg_catalog.oid[]), read_columns \
                        FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
                     Some(1),
                     &[name.into()],
@@ -72,34 +110,39 @@ pub fn stored(name: &str) -> Result<Stored> {
                     r.get::<pgrx::JsonB>(5)?.map(|j| j.0).unwrap_or_default(),
                     r.get::<Vec<String>>(6)?.unwrap_or_default(),
                     r.get::<Vec<u8>>(7)?.unwrap_or_default(),
+                    r.get::<Vec<pg_sys::Oid>>(8)?,
+                    r.get::<pgrx::JsonB>(9)?,
                 )))
             })
         })
     })
     .map_err(spi_error)?;
-    let Some((owner, tbl, kind, options, signature, features, model)) = row else {
-        return Err(TributaryError::UnknownPredictor(name.into()));
+    let Some((owner, tbl, kind, options, signature, features, model, tables, columns)) = row else {
+        return Err(TributaryError::UnknownPredictor(short(name)));
     };
     let options: Options = serde_json::from_value(options)
         .map_err(|e| TributaryError::Internal(format!("predictor options: {e}")))?;
     if !is_member_of(owner)? {
-        let exists = crate::pg::regclass::display_name(tbl).is_some();
-        let may_read = exists
-            && crate::pg::spi::select_one::<bool>(
-                "SELECT pg_catalog.has_column_privilege($1, $2::pg_catalog.text, 'SELECT')",
-                &[tbl.into(), options.label.as_str().into()],
-            )
-            .map_err(spi_error)?
-            .unwrap_or(false);
-        if !may_read {
-            return Err(TributaryError::Permission(format!(
-                "permission denied for predictor \"{name}\""
-            )));
+        // SAFETY: the current user, in a transaction.
+        let who = unsafe { pg_sys::GetUserId() };
+        let why = crate::pg::spi::select_one::<String>(
+            "SELECT tributary._predictor_hidden($1, CAST($2 AS pg_catalog.regclass[]), $3)",
+            &[who.into(), tables.into(), columns.into()],
+        )
+        .map_err(spi_error)?;
+        if let Some(why) = why {
+            raise_with(
+                pgrx::PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied for predictor \"{}\"", short(name)),
+                Some(why),
+                Some("A predictor is used by its owner, members of the owning role, and roles that may see every row and column it was trained on (no row-level security policy applies to them there; tributary.predictors lists those)."),
+            );
         }
     }
     if crate::pg::regclass::display_name(tbl).is_none() {
         return Err(TributaryError::UndefinedTable(format!(
-            "the table of predictor \"{name}\" does not exist any more"
+            "the table of predictor \"{}\" does not exist any more",
+            short(name)
         )));
     }
     Ok(Stored {
@@ -118,9 +161,13 @@ pub fn stored(name: &str) -> Result<Stored> {
 /// category column has become a text of many values. Columns added since change nothing: the
 /// predictor names the columns and paths it uses (tributary_train stores the lists).
 pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
+    // The names its trainer gave are read whoever owns their tables; nothing else of another
+    // role's is (tributary._learn_trusted, as the current user).
+    let named = Some(p.options.named.clone().unwrap_or_default());
     let everything = Options {
         columns: None,
         history: None,
+        named: named.clone(),
         ..p.options.clone()
     };
     let found = spec(p.tbl, &everything)?;
@@ -137,14 +184,23 @@ pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
     }
     if !gone.is_empty() {
         return Err(TributaryError::Changed {
-            message: format!("the columns predictor \"{name}\" was trained on have changed"),
+            message: format!(
+                "the columns predictor \"{}\" was trained on have changed",
+                short(name)
+            ),
             detail: format!(
-                "Trained on but not found now (or not readable by the current role): {}.",
+                "Trained on but not found now (or not readable by the current role, or through a table of another role that was not named): {}.",
                 gone.join(", ")
             ),
         });
     }
-    let s = spec(p.tbl, &p.options)?;
+    let s = spec(
+        p.tbl,
+        &Options {
+            named,
+            ..p.options.clone()
+        },
+    )?;
     let now = s.signature();
     if now != p.signature || s.kind != p.kind {
         let was: Vec<String> = sig_list(&p.signature["columns"]);
@@ -152,7 +208,10 @@ pub fn spec_of(name: &str, p: &Stored) -> Result<Spec> {
         let before: Vec<&String> = was.iter().filter(|c| !is.contains(c)).collect();
         let after: Vec<&String> = is.iter().filter(|c| !was.contains(c)).collect();
         return Err(TributaryError::Changed {
-            message: format!("the columns predictor \"{name}\" was trained on have changed"),
+            message: format!(
+                "the columns predictor \"{}\" was trained on have changed",
+                short(name)
+            ),
             detail: if before.is_empty() && after.is_empty() {
                 format!(
                     "Its features were {} and would now be {}.",
@@ -211,6 +270,8 @@ pub struct NewPredictor<'a> {
     pub metrics: serde_json::Value,
     pub training_rows: i64,
     pub digest: String,
+    /// Every table read, the predictor's own first, and the columns read of each.
+    pub reads: &'a [(i64, Vec<String>)],
 }
 
 /// Writes (or replaces, in the caller's transaction: atomically) predictor `p.name`, as the
@@ -221,19 +282,27 @@ pub fn store(p: NewPredictor<'_>) -> Result<()> {
     let caller = unsafe { pg_sys::GetUserId() };
     let options =
         serde_json::to_value(p.options).map_err(|e| TributaryError::Internal(e.to_string()))?;
+    let read_tables: Vec<pg_sys::Oid> = p
+        .reads
+        .iter()
+        .map(|(t, _)| pg_sys::Oid::from(*t as u32))
+        .collect();
+    let read_columns = serde_json::json!(p.reads.iter().map(|(_, c)| c).collect::<Vec<_>>());
     let written = as_role(extension_owner(), || {
         pinned(|| {
             Spi::connect_mut(|client| {
                 let t = client.update(
                     "INSERT INTO tributary._predictors AS p (name, owner, tbl, label, kind, embedding, as_of, options, \
-                         signature, features, algorithm, classes, model, metrics, training_rows, data_digest) \
+                         signature, features, algorithm, classes, model, metrics, training_rows, data_digest, \
+                         read_tables, read_columns) \
                      VALUES ($1, CAST($2 AS pg_catalog.regrole), CAST($3 AS pg_catalog.regclass), $4, $5, $6, $7, $8, $9, \
-                         $10, $11, $12, $13, $14, $15, $16) \
+                         $10, $11, $12, $13, $14, $15, $16, CAST($17 AS pg_catalog.regclass[]), $18) \
                      ON CONFLICT (name) DO UPDATE SET tbl = EXCLUDED.tbl, label = EXCLUDED.label, kind = EXCLUDED.kind, \
                          embedding = EXCLUDED.embedding, as_of = EXCLUDED.as_of, options = EXCLUDED.options, \
                          signature = EXCLUDED.signature, features = EXCLUDED.features, algorithm = EXCLUDED.algorithm, \
                          classes = EXCLUDED.classes, model = EXCLUDED.model, metrics = EXCLUDED.metrics, \
                          training_rows = EXCLUDED.training_rows, data_digest = EXCLUDED.data_digest, \
+                         read_tables = EXCLUDED.read_tables, read_columns = EXCLUDED.read_columns, \
                          trained_at = pg_catalog.now() \
                        WHERE pg_catalog.pg_has_role($2, CAST(p.owner AS pg_catalog.oid), 'USAGE') \
                      RETURNING 1",
@@ -255,6 +324,8 @@ pub fn store(p: NewPredictor<'_>) -> Result<()> {
                         pgrx::JsonB(p.metrics).into(),
                         p.training_rows.into(),
                         p.digest.into(),
+                        read_tables.into(),
+                        pgrx::JsonB(read_columns).into(),
                     ],
                 )?;
                 Ok::<_, pgrx::spi::Error>(t.len())
@@ -265,7 +336,7 @@ pub fn store(p: NewPredictor<'_>) -> Result<()> {
     if written == 0 {
         return Err(TributaryError::Permission(format!(
             "must be owner of predictor \"{}\"",
-            p.name
+            short(p.name)
         )));
     }
     Ok(())
