@@ -38,9 +38,10 @@ impl Column {
     /// The SQL of the text expression `param` (a `$n` of type text) as a value of this column's
     /// type: `CAST(param AS type)` for a built-in type, else `tributary._from_text(param,
     /// NULL::type)` (the type's input function), so that a cast from text that a type's owner
-    /// made never runs (crate::pg::values).
+    /// made never runs (crate::pg::values); the CAST too where the database's SQL predates
+    /// 0.11.0 (no `tributary._from_text` until `ALTER EXTENSION tributary UPDATE`).
     pub fn from_text(&self, param: &str) -> String {
-        if self.builtin {
+        if self.builtin || !crate::pg::values::sql_functions_exist() {
             format!("CAST({param} AS {})", self.sql_type)
         } else {
             format!("tributary._from_text({param}, NULL::{})", self.sql_type)

@@ -30,6 +30,19 @@ fn is_builtin(typid: pg_sys::Oid) -> bool {
     u32::from(typid) < pg_sys::FirstNormalObjectId
 }
 
+/// Whether this database's tributary SQL has `tributary._text` and its siblings (0.11.0 or
+/// later). A library newer than a database's extension serves it until `ALTER EXTENSION
+/// tributary UPDATE`: the statements built in Rust then fall back to the casts 0.10.0 used.
+pub(crate) fn sql_functions_exist() -> bool {
+    crate::pg::spi::select_one::<bool>(
+        "SELECT pg_catalog.to_regprocedure('tributary._from_text(text,anyelement)') IS NOT NULL",
+        &[],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
 /// Whether `typid` (through domains) is a built-in type (see [`is_builtin`]); `false` for
 /// `InvalidOid`.
 pub(crate) fn is_builtin_type(typid: pg_sys::Oid) -> bool {

@@ -251,14 +251,23 @@ impl Plan {
         }
         let target_type = target_column(tbl, target, model)?;
         let cols: Vec<String> = columns.iter().map(quote_identifier).collect();
-        // Values as text through tributary._text, never a cast a role made (src/pg/values.rs).
+        // Values as text through tributary._text, never a cast a role made (src/pg/values.rs);
+        // a database whose SQL predates 0.11.0 has no tributary._text: the casts of 0.10.0.
+        let safe = crate::pg::values::sql_functions_exist();
+        let as_text = |c: &str| {
+            if safe {
+                format!("tributary._text({c})")
+            } else {
+                format!("{c}::pg_catalog.text")
+            }
+        };
         let text_expr = if cols.len() == 1 {
-            format!("tributary._text({})", cols[0])
+            as_text(&cols[0])
         } else {
             format!(
                 "pg_catalog.concat_ws(E'\\n', {})",
                 cols.iter()
-                    .map(|c| format!("tributary._text({c})"))
+                    .map(|c| as_text(c))
                     .collect::<Vec<_>>()
                     .join(", ")
             )
@@ -267,7 +276,11 @@ impl Plan {
         let (text_expr, filter) = if whole_row {
             // t.*: the row, even when the table has a column named t.
             (
-                "tributary._row_json(t.*)::pg_catalog.text".to_owned(),
+                if safe {
+                    "tributary._row_json(t.*)::pg_catalog.text".to_owned()
+                } else {
+                    "pg_catalog.row_to_json(t.*)::pg_catalog.text".to_owned()
+                },
                 format!("{target} IS NULL"),
             )
         } else {
