@@ -12,11 +12,11 @@
 //! cast to json ([`crate::pg::values`]).
 
 use pgrx::prelude::*;
-use pgrx::PgTupleDesc;
 use serde_json::{Map, Value};
 
 use crate::engine::rowtext;
 use crate::pg::error::{Result, TributaryError};
+use crate::pg::values;
 
 /// The values of the composite `datum` (a `HeapTupleHeader`: a whole-row value) as a map from
 /// column name to JSON value in column order, as `row_to_json` writes them, except that a
@@ -35,27 +35,16 @@ pub(crate) unsafe fn record_values(
     // SAFETY (whole function): the caller passes a composite datum; the tuple descriptor comes
     // from the type cache for its type and is released by PgTupleDesc's drop.
     unsafe {
-        let header = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+        let values::Deformed {
+            typid,
+            desc: tupdesc,
+            mut values,
+            mut nulls,
+            header,
+        } = values::deform(datum);
         let header_datum = pg_sys::Datum::from(header);
-        let typid = pgrx::heap_tuple_header_get_type_id(header);
-        let typmod = pgrx::heap_tuple_header_get_typmod(header);
         let relid = pg_sys::get_typ_typrelid(typid);
-        let tupdesc = PgTupleDesc::from_pg(pg_sys::lookup_rowtype_tupdesc(typid, typmod));
         let natts = tupdesc.len();
-        let mut tuple = pg_sys::HeapTupleData {
-            t_len: pgrx::heap_tuple_header_get_datum_length(header) as u32,
-            t_self: pg_sys::ItemPointerData::default(),
-            t_tableOid: pg_sys::InvalidOid,
-            t_data: header,
-        };
-        let mut values = vec![pg_sys::Datum::from(0usize); natts];
-        let mut nulls = vec![false; natts];
-        pg_sys::heap_deform_tuple(
-            &mut tuple,
-            tupdesc.as_ptr(),
-            values.as_mut_ptr(),
-            nulls.as_mut_ptr(),
-        );
         let limit = rowtext::oversized_bytes(max_tokens);
         let oversized: Vec<usize> = (0..natts)
             .filter(|&i| {
@@ -78,7 +67,7 @@ pub(crate) unsafe fn record_values(
         };
         pgrx::check_for_interrupts!();
         // row_to_json without any cast a role made (crate::pg::values).
-        let json = crate::pg::values::row_json(json_of, typid);
+        let json = values::row_json(json_of, typid);
         let text = String::from_datum(json, false).unwrap_or_default();
         let mut map = rowtext::parse_row_json(&text).ok_or_else(|| {
             TributaryError::Internal(format!("row_to_json gave no JSON object: {:.80}", text))

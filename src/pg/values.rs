@@ -238,13 +238,24 @@ unsafe fn rebuild_array(
     }
 }
 
-/// [`builtin_only`] of a composite value (its type and typmod read from the value itself, so an
-/// anonymous record works too).
+/// A composite value taken apart: its type (read from the value itself, so an anonymous record
+/// works too), its descriptor (from the type cache, released when dropped), its columns' values
+/// and nulls, and the detoasted value.
+pub(crate) struct Deformed {
+    pub typid: pg_sys::Oid,
+    pub desc: PgTupleDesc<'static>,
+    pub values: Vec<pg_sys::Datum>,
+    pub nulls: Vec<bool>,
+    pub header: pg_sys::HeapTupleHeader,
+}
+
+/// [`Deformed`] of the composite `value`.
 ///
 /// # Safety
-/// As [`builtin_only`].
-unsafe fn rebuild_record(value: pg_sys::Datum) -> Option<(pg_sys::Datum, pg_sys::Oid)> {
-    // SAFETY: as the caller promises; the value's own descriptor is released before returning.
+/// `value` must be a valid, non-NULL composite datum in a memory context that outlives the
+/// result.
+pub(crate) unsafe fn deform(value: pg_sys::Datum) -> Deformed {
+    // SAFETY: as the caller promises; the descriptor is the type cache's for the value's type.
     unsafe {
         let header = pg_sys::pg_detoast_datum(value.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
         let typid = pgrx::heap_tuple_header_get_type_id(header);
@@ -265,6 +276,31 @@ unsafe fn rebuild_record(value: pg_sys::Datum) -> Option<(pg_sys::Datum, pg_sys:
             values.as_mut_ptr(),
             nulls.as_mut_ptr(),
         );
+        Deformed {
+            typid,
+            desc,
+            values,
+            nulls,
+            header,
+        }
+    }
+}
+
+/// [`builtin_only`] of a composite value (its type and typmod read from the value itself, so an
+/// anonymous record works too).
+///
+/// # Safety
+/// As [`builtin_only`].
+unsafe fn rebuild_record(value: pg_sys::Datum) -> Option<(pg_sys::Datum, pg_sys::Oid)> {
+    // SAFETY: as the caller promises; the value's own descriptor is released before returning.
+    unsafe {
+        let Deformed {
+            desc,
+            values,
+            nulls,
+            ..
+        } = deform(value);
+        let natts = desc.len();
         let attrs: Vec<pg_sys::FormData_pg_attribute> = desc.iter().copied().collect();
         drop(desc);
         let kept: Vec<usize> = (0..natts).filter(|&i| !attrs[i].attisdropped).collect();
