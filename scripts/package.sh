@@ -102,6 +102,21 @@ pg_config_for() {  # the pg_config of a major; 17's is a path inside the trixie 
   esac
 }
 
+# Cargo names the artifacts of a path crate by its path relative to the workspace, and judges
+# them fresh by comparing its sources' mtimes with the build's: in a shared target directory, a
+# build of the previous release's tree (its files as old as its commit) takes this checkout's
+# tributary, tributary-engine and tributary-learn as fresh, and this checkout's next build takes
+# the previous release's (at 0.11.0, cargo pgrx test pg17 after the package step compiled the
+# extension against 0.10.0's tributary-learn). Their fingerprints are removed around that build,
+# so each tree compiles its own; the dependencies are still shared.
+forget_workspace_builds() {
+  local d
+  for d in "$ROOT"/target/*/.fingerprint "$ROOT"/target/trixie/*/.fingerprint; do
+    [ -d "$d" ] && rm -rf "$d"/tributary-*
+  done
+  return 0
+}
+
 # cargo pgrx package of SRC for MAJOR into RAW (a directory under this checkout: 17's build runs in
 # the trixie root, which sees the checkout at its own path).
 pgrx_package() {  # pgrx_package SRC MAJOR RAW
@@ -364,12 +379,14 @@ else
         rm -rf "$src" && mkdir -p "$src"
         git archive "$pcommit" | tar -x -C "$src"
       fi
-      # Its build shares this checkout's target directories (the dependencies are built once).
+      # Its build shares this checkout's target directories (the dependencies are built once),
+      # but not the workspace's own crates (forget_workspace_builds, before and after).
+      forget_workspace_builds
       CARGO_TARGET_DIR=$ROOT/target build_deb "$src" "$m" "$pversion" "${pcommit:0:12}" "$deb"
     fi
     echo "$deb"
   done
-  [ -n "$src" ] && rm -rf "$src"
+  [ -n "$src" ] && { rm -rf "$src"; forget_workspace_builds; }
 fi
 rmdir "$OUT/build" 2>/dev/null || true
 log "done in $(( $(date +%s) - t_all )) s"
