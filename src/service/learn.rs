@@ -475,15 +475,9 @@ impl PgControl {
 
 impl learn::Control for PgControl {
     fn check(&self) -> std::result::Result<(), learn::Error> {
-        // SAFETY: sig_atomic_t flags the signal handlers set; read only. InterruptPending alone is
-        // also set for interrupts that raise nothing (sinval catchup, barriers, ...): those wait
-        // for the next CHECK_FOR_INTERRUPTS after the learner returns.
-        let stop = unsafe {
-            std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::InterruptPending)) != 0
-                && (std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::QueryCancelPending)) != 0
-                    || std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::ProcDiePending)) != 0)
-        };
-        if stop {
+        // InterruptPending alone is also set for interrupts that raise nothing (sinval catchup,
+        // barriers, ...): those wait for the next CHECK_FOR_INTERRUPTS after the learner returns.
+        if crate::pg::interrupt_pending() {
             Err(learn::Error::Cancelled("query cancel pending".into()))
         } else {
             Ok(())

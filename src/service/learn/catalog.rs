@@ -13,12 +13,7 @@
 use super::*;
 
 /// `s` cut to 64 characters, for messages (a 1 MB name makes no 1 MB error).
-pub fn short(s: &str) -> String {
-    match s.char_indices().nth(64) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
-}
+pub use crate::pg::error::short_name as short;
 
 /// Raises an error with `code`, `message`, and optionally a DETAIL and a HINT.
 pub fn raise_with(
