@@ -36,7 +36,8 @@ CREATE TABLE tributary._predictors (
     trained_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     data_digest   text NOT NULL,              -- FNV-1a over the training rows' keys, times and labels
     read_tables   regclass[],                 -- every table it reads, its own first (NULL: trained before 0.11.0)
-    read_columns  jsonb                       -- [[column, ...], ...]: the columns it reads of each of read_tables
+    read_columns  jsonb,                      -- [[column, ...], ...]: the columns it reads of each of read_tables
+    outputs       name[] NOT NULL DEFAULT '{}' -- the columns tributary_predict_column wrote its predictions to (no features of later training)
 );
 REVOKE ALL ON tributary._predictors FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('tributary._predictors', '');
@@ -245,8 +246,16 @@ GRANT SELECT ON tributary.predictors TO PUBLIC;
 -- table ("film_person.person_id": rows linked to the same person); a link table referencing a
 -- parent and another table ("track_id.playlist_track.playlist_id": rows whose parents share a
 -- playlist). Typed columns: tbl's own numbers,
--- booleans, dates and timestamps, and text columns of at most 64 values in a sample of 10,000
--- rows (categories); a column without a value in that sample is none (an empty target column); the numbers of each parent ("album_id.price"). Text: tbl's own text
+-- booleans, dates and timestamps, and text columns of at most 64 distinct values (categories;
+-- counted over the whole table, so the same rows give the same features in any heap order); a
+-- column without any value is none (an empty target column); the numbers of each parent
+-- ("album_id.price"). With `time_parts` and an as_of of a date or timestamp type, its month
+-- ("{as_of}:month", 1-12) and ISO weekday ("{as_of}:weekday", 1 = Monday), and for timestamps
+-- its hour ("{as_of}:hour"), all in UTC for timestamptz (the same in every session's TimeZone),
+-- are numbers too (predictors trained since 0.12.0). A column in `outputs` (a predict job's
+-- target, a column tributary_predict_column wrote) is no feature unless `columns` names it. Rows are read in the order of their key's
+-- text (byte order), so that a table in another heap order gives the same dataset (a table
+-- without a primary key is read in ctid order). Text: tbl's own text
 -- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
 -- chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
 -- (42501). A path or column that reads a table other than tbl is found only when that table is
@@ -258,7 +267,7 @@ GRANT SELECT ON tributary.predictors TO PUBLIC;
 -- 22023 a history path or column named that does not exist (DETAIL lists those found).
 CREATE FUNCTION tributary._learn_spec(
     tbl regclass, label name, embedding name, as_of name, history text[], columns text[],
-    named text[] DEFAULT NULL)
+    named text[] DEFAULT NULL, time_parts boolean DEFAULT false, outputs text[] DEFAULT NULL)
 RETURNS jsonb LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     vec text;
@@ -354,6 +363,19 @@ BEGIN
         as_of_sql := format('SELECT %s FROM (SELECT CAST($1 AS pg_catalog.%I) AS %I) t', as_of_expr, ty.typname, as_of);
         sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, as_of, ty.sql_type));
         reads := tributary._learn_reads(reads, tbl, ARRAY[as_of]);
+        IF time_parts AND ty.typname IN ('date', 'timestamp', 'timestamptz') THEN
+            -- Month, ISO weekday and (timestamps) hour of the as_of; timestamptz in UTC.
+            num := CASE WHEN ty.typname = 'timestamptz'
+                        THEN format('pg_catalog.timezone(CAST(''UTC'' AS pg_catalog.text), t.%I)', as_of)
+                        WHEN ty.typname = 'date' THEN format('CAST(t.%I AS pg_catalog.timestamp)', as_of)
+                        ELSE format('t.%I', as_of) END;
+            FOR pn IN SELECT ARRAY[u, f] FROM (VALUES ('month', 'month'), ('isodow', 'weekday'), ('hour', 'hour')) v(u, f)
+                       WHERE ty.typname <> 'date' OR u <> 'hour' LOOP
+                nums := nums || format('ARRAY[CASE WHEN pg_catalog.isfinite(t.%I) THEN CAST(pg_catalog.date_part(%L, %s) AS pg_catalog.float8) END]',
+                                       as_of, pn[1], num);
+                num_names := num_names || format('%s:%s', as_of, pn[2]);
+            END LOOP;
+        END IF;
     END IF;
 
     IF embedding IS NOT NULL THEN
@@ -377,15 +399,17 @@ BEGIN
            OR (num IS NULL AND a.typcategory NOT IN ('S', 'E')) THEN
             CONTINUE;
         END IF;
-        -- Values in a sample of 10,000 rows (distinct texts, NULL not counted): an empty column
-        -- (a target made for the predictions, say) is no feature.
-        EXECUTE format('SELECT count(d.v) FROM (SELECT DISTINCT tributary._text(s.v) AS v FROM (SELECT t.%I AS v FROM %s t LIMIT 10000) s) d',
-                       a.attname, tbl) INTO n;
+        -- An empty column (a target made for the predictions, say) is no feature.
+        -- Distinct values over the whole table, 65 at most (the same count in any heap order).
+        EXECUTE format('SELECT count(*) FROM (SELECT DISTINCT tributary._text(t.%I) AS v FROM %s t WHERE t.%I IS NOT NULL LIMIT 65) d',
+                       a.attname, tbl, a.attname) INTO n;
         IF n = 0 THEN
             CONTINUE;
         END IF;
         found_cols := found_cols || a.attname::text;
-        IF NOT tributary._learn_chosen(a.attname, columns) THEN
+        -- A column predictions are written to is a feature only when columns names it.
+        IF NOT tributary._learn_chosen(a.attname, columns)
+           OR (a.attname = ANY (coalesce(outputs, '{}')) AND NOT a.attname = ANY (coalesce(columns, '{}'))) THEN
             CONTINUE;
         END IF;
         used_cols := used_cols || a.attname::text;
@@ -664,7 +688,7 @@ BEGIN
 
     RETURN jsonb_build_object(
         'kind', kind,
-        'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t',
+        'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t ORDER BY CAST(%1$s AS pg_catalog.text) COLLATE pg_catalog."C"',
             key_expr, '%TABLEOID%', '%CTID%', as_of_expr,
             CASE kind WHEN 'number' THEN format('CAST(t.%I AS pg_catalog.float8)', label)
                       ELSE format('tributary._text(t.%I)', label) END,
@@ -727,9 +751,9 @@ COMMENT ON FUNCTION tributary._learn_trusted(regclass, regclass) IS 'Internal: w
 COMMENT ON FUNCTION tributary._learn_reads(jsonb, regclass, name[]) IS 'Internal: the columns a predictor reads, with more added.';
 COMMENT ON FUNCTION tributary._learn_rls(oid, oid) IS 'Internal: whether row-level security applies to a role on a table.';
 COMMENT ON FUNCTION tributary._predictor_hidden(oid, regclass[], jsonb) IS 'Internal: why a role other than its owner may not use a predictor reading these tables and columns, or NULL.';
-COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
+COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[], boolean, text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
 COMMENT ON FUNCTION tributary._predict_record(text, anyelement) IS 'Internal: one row''s prediction by a predictor (behind tributary_predict(predictor, row)).';
 COMMENT ON FUNCTION tributary_predict(text, anyelement) IS 'One row''s prediction by a trained predictor, its features as of the row''s time, with evidence.';
 COMMENT ON FUNCTION tributary_train(text, regclass, name, name, name, text, text[], text[], text, integer) IS 'Trains a predictor of a column over k-NN votes, a TF-IDF model, the as-of label history through foreign keys and typed columns; returns its metrics next to k-NN and the majority baseline.';
-COMMENT ON FUNCTION tributary_predict_column(text, name, integer) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL.';
+COMMENT ON FUNCTION tributary_predict_column(text, name, integer, boolean) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL (labelled => true: every row, each as of its own time).';
 COMMENT ON FUNCTION tributary_drop_predictor(text) IS 'Drops a trained predictor (its owner only).';

@@ -14,7 +14,8 @@ use crate::pg::spi::pinned;
 mod record;
 
 use crate::service::learn::{
-    check_owner, learn_error, load, raise_with, short, spec, spec_of, split_value, store, stored,
+    check_owner, learn_error, load, prediction_outputs, raise_with, record_output, short, spec,
+    spec_of, split_value, store, stored,
     Fnv, Loaded, NewPredictor, Options, PgControl, Source,
 };
 
@@ -132,6 +133,8 @@ pub(crate) fn tributary_train(
             algorithm: algorithm.to_string(),
             k: k.max(0) as usize,
             named: None,
+            time_parts: true,
+            outputs: Vec::new(),
         },
         split_at,
         k,
@@ -185,6 +188,9 @@ fn train(
     check_owner(predictor)?;
     let oid = tbl.lock()?;
     let ctl = PgControl::new("tributary_train");
+    // Prediction targets are features only when named.
+    let mut opts = opts;
+    opts.outputs = prediction_outputs(oid)?;
     let plan = spec(oid, &opts)?;
     if !plan.untrusted.is_empty() {
         pgrx::notice!(
@@ -194,7 +200,6 @@ fn train(
     }
     // The predictor keeps the columns and paths it uses, by name: columns added later are not
     // features of it; and those its trainer named, which are read whoever owns their tables.
-    let mut opts = opts;
     let mut named: Vec<String> = (opts.history.iter().flatten())
         .chain(opts.columns.iter().flatten())
         .filter(|n| !n.starts_with('-'))
@@ -315,12 +320,18 @@ fn train(
     Ok(rows)
 }
 
-/// `tributary_predict_column(predictor text, target name [, batch_size int = 1000])` → bigint:
-/// fills column `target` of the predictor's table, for every row whose label is NULL (and whose
-/// `as_of` is not NULL, when the predictor has one), with the predictor's prediction, each row's
-/// features as of its own `as_of` (every labelled row strictly earlier; without `as_of`, every
-/// labelled row) — the features tributary_train computed for its training rows. Returns the rows
-/// written. The prediction (text: a class, or a number) is cast to target's type.
+/// `tributary_predict_column(predictor text, target name [, batch_size int = 1000, labelled
+/// boolean = false])` → bigint: fills column `target` of the predictor's table, for every row
+/// whose label is NULL (with `labelled`: every row; and whose `as_of` is not NULL, when the
+/// predictor has one), with the predictor's prediction, each row's features as of its own
+/// `as_of` (every labelled row strictly earlier; without `as_of`, every other labelled row) —
+/// the features tributary_train computed for its training rows. Returns the rows written.
+/// `labelled => true` is the *online* protocol on rows whose label is known: each row predicted
+/// at its own time with every earlier label, as a predict job predicts a row when it arrives
+/// (README, "Predictions in time"); without it, the rows with a NULL label, whose history stops
+/// at the last label known (the *period-ahead* protocol when a whole period is unlabelled).
+/// `target` is remembered (`tributary._predictors.outputs`): no later `tributary_train` on this
+/// table uses it as a feature unless `columns` names it.
 ///
 /// Reads the table as the caller (row-level security chooses the rows learnt from and written),
 /// predicts all rows at once (`tributary.learn_threads`, `tributary.learn_memory`), then writes
@@ -342,13 +353,16 @@ pub(crate) fn tributary_predict_column_predictor(
     predictor: Option<&str>,
     target: Option<Name>,
     batch_size: default!(Option<i32>, 1000),
+    labelled: default!(Option<bool>, false),
 ) -> i64 {
-    let (Some(predictor), Some(target), Some(batch_size)) = (predictor, target, batch_size) else {
+    let (Some(predictor), Some(target), Some(batch_size), Some(labelled)) =
+        (predictor, target, batch_size, labelled)
+    else {
         raise(TributaryError::NullArgument(
-            "predictor, target and batch_size",
+            "predictor, target, batch_size and labelled",
         ));
     };
-    predict_column(predictor, &target.0, batch_size, None).or_raise()
+    predict_column(predictor, &target.0, batch_size, None, labelled).or_raise()
 }
 
 /// `tributary._predict_column_job(predictor text, target name, tbl oid, predictor_owner oid)` →
@@ -371,7 +385,7 @@ pub(crate) fn _predict_column_job(
             "predictor, target, tbl and predictor_owner",
         ));
     };
-    predict_column(predictor, &target.0, 1000, Some((tbl, owner))).or_raise()
+    predict_column(predictor, &target.0, 1000, Some((tbl, owner)), false).or_raise()
 }
 
 // Internal, in schema tributary (which only the extension's owner may create objects in).
@@ -428,6 +442,7 @@ fn predict_column(
     target: &str,
     batch_size: i32,
     bound: Option<(pg_sys::Oid, pg_sys::Oid)>,
+    labelled: bool,
 ) -> Result<i64> {
     if batch_size < 1 {
         return Err(TributaryError::InvalidArgument {
@@ -489,7 +504,7 @@ fn predict_column(
     let mut skipped = 0usize;
     let targets: Vec<u32> = (0..tids.len())
         .filter(|&i| {
-            if !unlabelled(i) {
+            if !labelled && !unlabelled(i) {
                 return false;
             }
             if as_of_null[i] {
@@ -538,6 +553,7 @@ fn predict_column(
         .map_err(spi_error)?;
         learn::Control::progress(&ctl, "rows written", written as u64, targets.len() as u64);
     }
+    record_output(name, target)?;
     Ok(written)
 }
 

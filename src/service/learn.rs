@@ -91,26 +91,50 @@ pub struct Options {
     /// predictor reads what it was trained on (absent before 0.11.0: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub named: Option<Vec<String>>,
+    /// The as_of's month, weekday and hour are features (`tributary._learn_spec`'s
+    /// `time_parts`): predictors trained since 0.12.0; false (absent) before.
+    #[serde(default)]
+    pub time_parts: bool,
+    /// Columns predictions are written to (`prediction_outputs`): not features unless `columns`
+    /// names them. Only for the plan of a training call; never stored.
+    #[serde(skip)]
+    pub outputs: Vec<String>,
 }
 
 /// The plan for `tbl` under `opts`, as the caller sees the table (42809, 42703, 42804, 22023
-/// from sql/learn.sql).
+/// from sql/learn.sql). A database still at 0.11.0's SQL (before `ALTER EXTENSION tributary
+/// UPDATE`) has the `_learn_spec` without `time_parts` and `outputs`: it is called without
+/// them (the features of 0.11.0).
 pub fn spec(tbl: pg_sys::Oid, opts: &Options) -> Result<Spec> {
     let json = pinned(|| {
-        Spi::get_one_with_args::<pgrx::JsonB>(
-            "SELECT tributary._learn_spec($1::pg_catalog.regclass, $2::pg_catalog.name, \
+        let current = Spi::get_one::<bool>(
+            "SELECT pg_catalog.to_regprocedure('tributary._learn_spec(pg_catalog.regclass, pg_catalog.name, \
+             pg_catalog.name, pg_catalog.name, pg_catalog.text[], pg_catalog.text[], pg_catalog.text[], \
+             pg_catalog.bool, pg_catalog.text[])') IS NOT NULL",
+        )?
+        .unwrap_or(false);
+        let args: Vec<pgrx::datum::DatumWithOid> = vec![
+            tbl.into(),
+            opts.label.as_str().into(),
+            opts.embedding.as_deref().into(),
+            opts.as_of.as_deref().into(),
+            opts.history.clone().into(),
+            opts.columns.clone().into(),
+            opts.named.clone().into(),
+            opts.time_parts.into(),
+            opts.outputs.clone().into(),
+        ];
+        let head = "SELECT tributary._learn_spec($1::pg_catalog.regclass, $2::pg_catalog.name, \
              $3::pg_catalog.name, $4::pg_catalog.name, $5::pg_catalog.text[], $6::pg_catalog.text[], \
-             $7::pg_catalog.text[])",
-            &[
-                tbl.into(),
-                opts.label.as_str().into(),
-                opts.embedding.as_deref().into(),
-                opts.as_of.as_deref().into(),
-                opts.history.clone().into(),
-                opts.columns.clone().into(),
-                opts.named.clone().into(),
-            ],
-        )
+             $7::pg_catalog.text[]";
+        if current {
+            Spi::get_one_with_args::<pgrx::JsonB>(
+                &format!("{head}, $8::pg_catalog.bool, $9::pg_catalog.text[])"),
+                &args,
+            )
+        } else {
+            Spi::get_one_with_args::<pgrx::JsonB>(&format!("{head})"), &args[..7])
+        }
     })
     .map_err(spi_error)?
     .ok_or_else(|| TributaryError::Internal("tributary._learn_spec returned NULL".into()))?;

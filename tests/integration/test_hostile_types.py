@@ -556,9 +556,12 @@ CASES = {
                  "predictor => 'ht_pred', tbl => 'hta.films', label => 'mood', as_of => 'yr', split_at => '2008', "
                  "algorithm => 'logistic')",
          "teardown": [DROP_PRED, RESET_FILMS]}],
-    "tributary_predict_column(text,name,integer)": [
+    "tributary_predict_column(text,name,integer,boolean)": [
         {"setup": [RESET_FILMS, TRAIN],
          "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'guess')",
+         "check": "SELECT id, guess FROM hta.films ORDER BY id", "teardown": [DROP_PRED, RESET_FILMS]},
+        {"setup": [RESET_FILMS, TRAIN],
+         "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'guess', labelled => true)",
          "check": "SELECT id, guess FROM hta.films ORDER BY id", "teardown": [DROP_PRED, RESET_FILMS]},
         {"setup": [RESET_FILMS, TRAIN],
          "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'gguess')",

@@ -127,20 +127,27 @@ def test_predict_job_keeps_the_column_current(env):
         assert (diff, n, filled) == (0, 42, 42)
 
         # A label of earlier related rows changes: the later unlabelled row of that person is
-        # refreshed to what predict_column says now (here: another class than before; which one
-        # depends on how the head weighs the history against the text, which still says 'd').
+        # refreshed to what predict_column says now: another class than before. A person the
+        # predictor never saw (its name and key are no words the text model knows), whose five
+        # rows after training are all 'b': only its history speaks, then says 'c'.
         settled(su, job_id)
-        old_guess = owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0]
-        new_kind = "a" if old_guess != "a" else "b"
+        owner.execute("INSERT INTO ev_person VALUES (41, 'person 41')")
+        owner.execute("INSERT INTO ev (id, person_id, day, note, kind) "
+                      "SELECT 801 + d, 41, 95 + d, 'event number ' || (801 + d), 'b' FROM generate_series(1, 5) d")
         before = job(su, job_id)
-        owner.execute("UPDATE ev SET kind = %s WHERE person_id = 7 AND day < 101 AND kind IS NOT NULL", (new_kind,))
+        owner.execute("INSERT INTO ev (id, person_id, day, note) VALUES (807, 41, 101, 'event number 807')")
+        wait_until(lambda i: job(su, i), job_id, lambda j: j["runs"] > before["runs"], 120, "a refresh after the insert")
+        settled(su, job_id)
+        assert owner.execute("SELECT guess FROM ev WHERE id = 807").fetchone()[0] == "b"
+        before = job(su, job_id)
+        owner.execute("UPDATE ev SET kind = 'c' WHERE person_id = 41 AND kind IS NOT NULL")
         j = wait_until(lambda i: job(su, i), job_id,
                        lambda j: j["runs"] > before["runs"] or j["state"] != "active", 120, "a refresh after the label change")
         assert j["state"] == "active" and j["last_run_at"] > before["last_run_at"], j
         settled(su, job_id)
-        assert owner.execute("SELECT guess FROM ev WHERE id = 801").fetchone()[0] != old_guess
+        assert owner.execute("SELECT guess FROM ev WHERE id = 807").fetchone()[0] == "c"
         diff, n, filled = fresh_equals_job(owner)
-        assert (diff, n, filled) == (0, 42, 42)
+        assert (diff, n, filled) == (0, 43, 43)
 
         # A change of the parent table refreshes too.
         settled(su, job_id)
@@ -164,7 +171,7 @@ def test_predict_job_keeps_the_column_current(env):
         owner.execute("SELECT tributary_predict_job_drop(%s)", (job_id,))
         assert job(su, job_id) is None
         assert su.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tributary_predict_%'").fetchone()[0] == 0
-        assert owner.execute("SELECT count(guess) FROM ev WHERE kind IS NULL").fetchone()[0] == 42
+        assert owner.execute("SELECT count(guess) FROM ev WHERE kind IS NULL").fetchone()[0] == 43
 
 
 def test_predict_job_errors(env):

@@ -382,11 +382,17 @@ CASES = {
          "call": "SELECT method, algorithm, split, rows, round(accuracy::numeric, 6) FROM public.tributary_train("
                  "predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', embedding => 'e', algorithm => 'logistic', k => 3)",
          "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
-    "tributary_predict_column(text,name,integer)": [
+    "tributary_predict_column(text,name,integer,boolean)": [
         {"setup": ["UPDATE ann.films SET guess = NULL",
                    "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
                    "embedding => 'e', algorithm => 'logistic', k => 3)"],
          "call": "SELECT public.tributary_predict_column(predictor => 'sp_pred', target => 'guess')",
+         "check": "SELECT id, guess FROM ann.films ORDER BY id",
+         "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]},
+        {"setup": ["UPDATE ann.films SET guess = NULL",
+                   "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "embedding => 'e', algorithm => 'logistic', k => 3)"],
+         "call": "SELECT public.tributary_predict_column(predictor => 'sp_pred', target => 'guess', labelled => true)",
          "check": "SELECT id, guess FROM ann.films ORDER BY id",
          "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
     "tributary_predict(text,anyelement)": [

@@ -93,10 +93,11 @@ fn main() {
     let t0 = Instant::now();
     let t = train(&ds, &roles, &opts, &Ctl).expect("train");
     println!(
-        "trained in {:.1} s: {} features, head {}",
+        "trained in {:.1} s: {} features, head {}, history {}",
         t0.elapsed().as_secs_f64(),
         t.feature_names.len(),
-        t.model.algorithm()
+        t.model.algorithm(),
+        t.model.history()
     );
     for m in &t.report {
         println!(

@@ -8,7 +8,10 @@ pub(crate) struct Layout<'a> {
     pub(crate) k: usize,
     pub(crate) has_knn: bool,
     pub(crate) has_text: bool,
+    /// Every history path's name: the dataset's, then the crossed ones.
     pub(crate) paths: Vec<String>,
+    /// Each path also has `{path}:age` and `{path}:rows` (models trained since 0.12.0).
+    pub(crate) path_stats: bool,
     pub(crate) numbers: Vec<String>,
     /// Vocabularies of the category columns.
     pub(crate) cats: Vec<(String, Vec<String>)>,
@@ -37,10 +40,17 @@ impl Layout<'_> {
     pub(crate) fn hist_w(&self) -> usize {
         self.classes.map_or(2, |c| c.len()) // counts per class, or [sum, count]
     }
+    /// Columns per path: the shares and the count (numbers: the mean and the count), then the
+    /// age and the rows with `path_stats`.
+    pub(crate) fn path_w(&self) -> usize {
+        self.hist_w()
+            + usize::from(self.classes.is_some())
+            + if self.path_stats { 2 } else { 0 }
+    }
     pub(crate) fn nf(&self) -> usize {
         self.knn_w()
             + self.text_w()
-            + self.paths.len() * (self.hist_w() + if self.classes.is_some() { 1 } else { 0 })
+            + self.paths.len() * self.path_w()
             + self.numbers.len()
             + self.cats.len()
     }
@@ -78,6 +88,10 @@ impl Layout<'_> {
                 None => v.push(format!("{p}:mean")),
             }
             v.push(format!("{p}:count"));
+            if self.path_stats {
+                v.push(format!("{p}:log_age"));
+                v.push(format!("{p}:log_rows"));
+            }
         }
         v.extend(self.numbers.iter().cloned());
         v.extend(self.cats.iter().map(|c| c.0.clone()));
@@ -93,13 +107,14 @@ pub(crate) type Feats = (Vec<f32>, Vec<Vec<(u32, f32)>>, Vec<Vec<f64>>);
 pub(crate) fn features(
     ds: &Dataset,
     lay: &Layout,
+    paths: &[&GroupPath],
     known: &[Option<Y>],
     queries: &[u32],
     text_feats: &[f32],
+    cut: Option<&[f64]>,
     threads: usize,
     sh: &Shared,
 ) -> Option<Feats> {
-    let n = known.len();
     let nf = lay.nf();
     let nq = queries.len();
     let mut x = vec![f32::NAN; nq * nf];
@@ -164,49 +179,8 @@ pub(crate) fn features(
         x[qi * nf + col..qi * nf + col + tw].copy_from_slice(&text_feats[qi * tw..(qi + 1) * tw]);
     }
     col += tw;
-    let hw = lay.hist_w();
-    let mut hist_counts = vec![Vec::new(); nq];
-    // A few queries (one row's prediction): each one's related rows directly; else the sweep.
-    let direct = nq * 64 <= n;
-    for p in &ds.paths {
-        let c = if direct {
-            history::counts_for(p, n, as_of, known, hw, queries)
-        } else {
-            history::counts(p, n, as_of, known, hw)
-        };
-        let outw = if lay.classes.is_some() { hw + 1 } else { hw };
-        for (qi, &q) in queries.iter().enumerate() {
-            let at = if direct { qi } else { q as usize };
-            let r = &c[at * hw..(at + 1) * hw];
-            let dst = &mut x[qi * nf + col..qi * nf + col + outw];
-            let total = if lay.classes.is_some() {
-                r.iter().sum::<f64>()
-            } else {
-                r[1]
-            };
-            if lay.classes.is_some() {
-                for ci in 0..hw {
-                    dst[ci] = if total > 0.0 {
-                        (r[ci] / total) as f32
-                    } else {
-                        f32::NAN
-                    };
-                }
-            } else {
-                dst[0] = if total > 0.0 {
-                    (r[0] / total) as f32
-                } else {
-                    f32::NAN
-                };
-            }
-            dst[outw - 1] = total as f32;
-            hist_counts[qi].push(total);
-        }
-        col += outw;
-        if sh.stopped() {
-            return None;
-        }
-    }
+    let hist_counts = history_columns(ds, lay, paths, known, queries, cut, &mut x, col, sh)?;
+    col += paths.len() * lay.path_w();
     for (_, v) in &ds.numbers {
         for (qi, &q) in queries.iter().enumerate() {
             x[qi * nf + col] = v[q as usize].map_or(f32::NAN, |v| v as f32);
@@ -230,6 +204,98 @@ pub(crate) fn features(
     }
     debug_assert_eq!(col, nf);
     Some((x, neigh, hist_counts))
+}
+
+/// The first column of the history paths' columns.
+pub(crate) fn history_col(lay: &Layout) -> usize {
+    lay.knn_w() + lay.text_w()
+}
+
+/// Writes the history columns of every path (`lay.path_w()` each, from column `col` of the
+/// `nq x nf` matrix `x`) of the `queries`: label shares (numbers: the mean) and count of the
+/// known rows strictly earlier than the query's cut (`cut`, default its own as_of; without as_of
+/// every other row), then with `lay.path_stats` ln(1 + the age of the newest of them: the
+/// query's as_of minus its as_of; NaN when none) and ln(1 + the rows of any label, or none,
+/// strictly earlier than the query). Returns each query's count per path (the prediction's evidence).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn history_columns(
+    ds: &Dataset,
+    lay: &Layout,
+    paths: &[&GroupPath],
+    known: &[Option<Y>],
+    queries: &[u32],
+    cut: Option<&[f64]>,
+    x: &mut [f32],
+    mut col: usize,
+    sh: &Shared,
+) -> Option<Vec<Vec<f64>>> {
+    let n = known.len();
+    let nf = lay.nf();
+    let nq = queries.len();
+    let as_of = ds.as_of.as_deref();
+    let hw = lay.hist_w();
+    let outw = lay.path_w();
+    let mut hist_counts = vec![Vec::new(); nq];
+    // A few queries (one row's prediction): each one's related rows directly; else the sweep.
+    let direct = nq * 64 <= n;
+    for p in paths {
+        let st = if direct {
+            history::stats_for(p, n, as_of, known, hw, queries, cut)
+        } else {
+            history::stats(p, n, as_of, known, hw, queries, cut)
+        };
+        for (qi, &q) in queries.iter().enumerate() {
+            let r = &st.counts[qi * hw..(qi + 1) * hw];
+            let dst = &mut x[qi * nf + col..qi * nf + col + outw];
+            let total = if lay.classes.is_some() {
+                r.iter().sum::<f64>()
+            } else {
+                r[1]
+            };
+            let share = |v: f64| {
+                if total > 0.0 {
+                    (v / total) as f32
+                } else {
+                    f32::NAN
+                }
+            };
+            let mut c = if lay.classes.is_some() {
+                for ci in 0..hw {
+                    dst[ci] = share(r[ci]);
+                }
+                hw
+            } else {
+                dst[0] = share(r[0]);
+                1
+            };
+            dst[c] = total as f32;
+            c += 1;
+            if lay.path_stats {
+                // log1p: the GBDT's splits are the same, the logistic head's scale is not.
+                dst[c] = match as_of {
+                    Some(t) => (t[q as usize] - st.newest[qi]).max(0.0).ln_1p() as f32,
+                    None => f32::NAN,
+                };
+                dst[c + 1] = st.rows[qi].ln_1p() as f32;
+            }
+            hist_counts[qi].push(total);
+        }
+        col += outw;
+        if sh.stopped() {
+            return None;
+        }
+    }
+    Some(hist_counts)
+}
+
+/// The history paths of a model or a training run: the dataset's, then for each `(a, b)` of
+/// `cross` the path crossing paths a and b ([`history::cross`], unchecked: as at training).
+pub(crate) fn crossed_paths(ds: &Dataset, cross: &[(usize, usize)]) -> Vec<GroupPath> {
+    let n = check_shapes(ds).unwrap_or(0);
+    cross
+        .iter()
+        .filter_map(|&(a, b)| history::cross(&ds.paths[a], &ds.paths[b], n, false))
+        .collect()
 }
 
 pub(crate) fn check_shapes(ds: &Dataset) -> Result<usize, Error> {

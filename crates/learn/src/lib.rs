@@ -259,6 +259,18 @@ pub struct Model {
     head: Head,
     importance: Vec<f64>,
     threads: usize,
+    /// Every path also has `:age` and `:rows` columns (models trained since 0.12.0; false in
+    /// the bytes of an older model, whose layout has neither).
+    #[serde(default)]
+    path_stats: bool,
+    /// The crossed paths, after `paths` in the layout: pairs of indices into `paths`
+    /// (`history::cross`).
+    #[serde(default)]
+    cross: Vec<(usize, usize)>,
+    /// How the training rows' history was built: "blocked" (forward time blocks), "fresh"
+    /// (every earlier label), "leave-one-out" (no as_of); "" in an older model (fresh).
+    #[serde(default)]
+    history: String,
 }
 
 const MAGIC: &[u8; 8] = b"TRLEARN1";
@@ -297,6 +309,32 @@ impl Model {
     /// Names of the features in order.
     pub fn feature_names(&self) -> &[String] {
         &self.feature_names
+    }
+    /// How the training rows' label history was built ("blocked", "fresh", "leave-one-out";
+    /// "fresh" for a model trained before 0.12.0): [`train`]'s module header.
+    pub fn history(&self) -> &str {
+        if self.history.is_empty() {
+            "fresh"
+        } else {
+            &self.history
+        }
+    }
+    /// The layout of the features (crossed paths' names after the dataset's).
+    fn layout(&self) -> Layout<'_> {
+        let mut paths = self.paths.clone();
+        for &(a, b) in &self.cross {
+            paths.push(format!("{}&{}", self.paths[a], self.paths[b]));
+        }
+        Layout {
+            classes: self.classes.as_deref(),
+            k: self.k,
+            has_knn: self.has_knn,
+            has_text: self.text.is_some(),
+            paths,
+            path_stats: self.path_stats,
+            numbers: self.numbers.clone(),
+            cats: self.categories.clone(),
+        }
     }
 }
 

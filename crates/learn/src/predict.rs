@@ -37,15 +37,9 @@ pub fn predict(
         ));
     }
     let known = known_labels(ds, model.classes.as_deref(), |_| true);
-    let lay = Layout {
-        classes: model.classes.as_deref(),
-        k: model.k,
-        has_knn: model.has_knn,
-        has_text: model.text.is_some(),
-        paths: model.paths.clone(),
-        numbers: model.numbers.clone(),
-        cats: model.categories.clone(),
-    };
+    let lay = model.layout();
+    let crossed = crossed_paths(ds, &model.cross);
+    let paths: Vec<&GroupPath> = ds.paths.iter().chain(&crossed).collect();
     let nf = lay.nf();
     let threads = model.threads.max(1);
     let mut uq: Vec<u32> = targets.to_vec();
@@ -68,7 +62,8 @@ pub fn predict(
         }
     }
     let (x, neigh, hist) = polled(ctl, "features", nq as u64, |sh| {
-        features(ds, &lay, &known, &uq, &tf, threads, sh).ok_or(Error::Cancelled("stopped".into()))
+        features(ds, &lay, &paths, &known, &uq, &tf, None, threads, sh)
+            .ok_or(Error::Cancelled("stopped".into()))
     })?;
     let kout = model.classes.as_ref().map_or(1, |c| c.len());
     let mut top: Vec<usize> = (0..nf).collect();
@@ -98,7 +93,7 @@ pub fn predict(
                 .take(model.k)
                 .map(|&(j, s)| (j, s as f64))
                 .collect(),
-            history: model
+            history: lay
                 .paths
                 .iter()
                 .cloned()

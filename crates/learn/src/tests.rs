@@ -123,6 +123,7 @@ fn feats(ds: &Dataset, roles: &[Role]) -> (Vec<u32>, Vec<f32>, usize) {
         has_knn: true,
         has_text: false,
         paths: vec!["person".into()],
+        path_stats: true,
         numbers: vec!["runtime".into()],
         cats: vec![("kind".into(), vec!["x".into(), "y".into()])],
     };
@@ -133,7 +134,8 @@ fn feats(ds: &Dataset, roles: &[Role]) -> (Vec<u32>, Vec<f32>, usize) {
         stop: Default::default(),
         done: Default::default(),
     };
-    let (x, _, _) = features(ds, &lay, &known, &q, &[], 2, &sh).unwrap();
+    let paths: Vec<&GroupPath> = ds.paths.iter().collect();
+    let (x, _, _) = features(ds, &lay, &paths, &known, &q, &[], None, 2, &sh).unwrap();
     (q, x, lay.nf())
 }
 
@@ -215,6 +217,11 @@ fn later_label_never_reaches_earlier_features() {
     // features for the earlier rows -> compare via training with only early rows known.
 }
 
+fn counts(p: &GroupPath, n: usize, as_of: Option<&[f64]>, known: &[Option<Y>], w: usize) -> Vec<f64> {
+    let q: Vec<u32> = (0..n as u32).collect();
+    history::stats(p, n, as_of, known, w, &q, None).counts
+}
+
 #[test]
 fn history_counts_are_strictly_earlier() {
     // Rows 0,1 at t=0, row 2 at t=1, all in group 7.
@@ -223,14 +230,181 @@ fn history_counts_are_strictly_earlier() {
         pairs: vec![(0, 7), (1, 7), (2, 7)],
     };
     let known = vec![Some(Y::Class(0)), Some(Y::Class(1)), Some(Y::Class(1))];
-    let c = history::counts(&p, 3, Some(&[0.0, 0.0, 1.0]), &known, 2);
+    let c = counts(&p, 3, Some(&[0.0, 0.0, 1.0]), &known, 2);
     assert_eq!(&c[0..2], &[0.0, 0.0]);
     assert_eq!(&c[2..4], &[0.0, 0.0]);
     assert_eq!(&c[4..6], &[1.0, 1.0]);
     // Leave-one-out without time.
-    let c = history::counts(&p, 3, None, &known, 2);
+    let c = counts(&p, 3, None, &known, 2);
     assert_eq!(&c[0..2], &[0.0, 2.0]);
     assert_eq!(&c[4..6], &[1.0, 1.0]);
+}
+
+/// A horizon's cut is obeyed: with cuts, no counted label is at or after the row's cut, the
+/// newest counted label's time is below it, the rows of any label count every strictly earlier
+/// row (the cut does not apply to them), and the counts equal a brute-force count.
+#[test]
+fn history_is_never_newer_than_the_cut() {
+    let n = 400usize;
+    let mut state = 11u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    let pairs: Vec<(u32, u64)> = (0..n as u32).map(|r| (r, (next() % 12) as u64)).collect();
+    let t: Vec<f64> = (0..n).map(|_| (next() % 80) as f64).collect();
+    let cut: Vec<f64> = t.iter().map(|&x| x - (next() % 30) as f64).collect();
+    let known: Vec<Option<Y>> = (0..n)
+        .map(|_| match next() % 3 {
+            0 => None,
+            c => Some(Y::Class(c as u32 - 1)),
+        })
+        .collect();
+    let p = GroupPath {
+        name: "g".into(),
+        pairs: pairs.clone(),
+    };
+    let q: Vec<u32> = (0..n as u32).collect();
+    for st in [
+        history::stats(&p, n, Some(&t), &known, 2, &q, Some(&cut)),
+        history::stats_for(&p, n, Some(&t), &known, 2, &q, Some(&cut)),
+    ] {
+        for r in 0..n {
+            let g = pairs[r].1;
+            let mut want = [0f64; 2];
+            let mut rows = 0f64;
+            let mut newest = f64::NAN;
+            for j in 0..n {
+                if j == r || pairs[j].1 != g {
+                    continue;
+                }
+                if t[j] < t[r] {
+                    rows += 1.0;
+                }
+                if let (Some(Y::Class(c)), true) = (known[j], t[j] < cut[r]) {
+                    want[c as usize] += 1.0;
+                    newest = if newest.is_nan() { t[j] } else { newest.max(t[j]) };
+                }
+            }
+            assert_eq!(&st.counts[r * 2..r * 2 + 2], &want, "row {r}");
+            assert_eq!(st.rows[r], rows, "row {r}");
+            assert!(
+                (st.newest[r].is_nan() && newest.is_nan()) || st.newest[r] == newest,
+                "row {r}: {} vs {newest}",
+                st.newest[r]
+            );
+            assert!(st.newest[r].is_nan() || st.newest[r] < cut[r]);
+        }
+    }
+}
+
+/// Training history in forward blocks: a training row's history features change only when a
+/// label of an EARLIER block changes; relabelling rows of its own block (which are earlier than
+/// it in time, and counted by the fresh scheme) leaves them alone.
+#[test]
+fn blocked_history_sees_only_earlier_blocks() {
+    let n = 600usize;
+    let t: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    // One group for all: every row's history is every earlier row's label.
+    let pairs: Vec<(u32, u64)> = (0..n as u32).map(|r| (r, 1)).collect();
+    let mk = |flip: Option<usize>| {
+        let mut labels: Vec<Option<String>> = (0..n)
+            .map(|i| Some(if i % 3 == 0 { "a" } else { "b" }.to_string()))
+            .collect();
+        if let Some(f) = flip {
+            labels[f] = Some("a".into());
+            labels[f + 1] = Some("a".into());
+        }
+        Dataset {
+            as_of: Some(t.clone()),
+            label: Labels::Category(labels),
+            text: None,
+            embedding: None,
+            paths: vec![GroupPath {
+                name: "g".into(),
+                pairs: pairs.clone(),
+            }],
+            numbers: vec![],
+            categories: vec![],
+        }
+    };
+    let roles = vec![Role::Train; n];
+    // 600 rows, 6 blocks of 100: rows 301 and 302 (block 3, not its first row) relabelled.
+    let classes: Vec<String> = vec!["a".into(), "b".into()];
+    let lay = Layout {
+        classes: Some(&classes),
+        k: 3,
+        has_knn: false,
+        has_text: false,
+        paths: vec!["g".into()],
+        path_stats: true,
+        numbers: vec![],
+        cats: vec![],
+    };
+    let sh = par::Shared {
+        stop: Default::default(),
+        done: Default::default(),
+    };
+    let cut: Vec<f64> = (0..n).map(|i| (i / 100 * 100) as f64).collect();
+    let q: Vec<u32> = (0..n as u32).collect();
+    let feats_of = |ds: &Dataset| {
+        let known = known_labels(ds, Some(&classes), |i| roles[i] == Role::Train);
+        let paths: Vec<&GroupPath> = ds.paths.iter().collect();
+        features(ds, &lay, &paths, &known, &q, &[], Some(&cut), 1, &sh).unwrap().0
+    };
+    let (x0, x1) = (feats_of(&mk(None)), feats_of(&mk(Some(301))));
+    let nf = lay.nf();
+    for r in 0..n {
+        let row = |x: &[f32]| x[r * nf..(r + 1) * nf].to_vec();
+        let same_row = row(&x0).iter().zip(row(&x1)).all(|(a, b)| same(*a, b));
+        assert_eq!(same_row, r < 400, "row {r}");
+    }
+    // Block 0 sees no label; a row's age is its distance to the newest label before its block.
+    assert!(x0[5 * nf].is_nan() && x0[5 * nf + 2] == 0.0);
+    assert_eq!(x0[250 * nf + 2], 200.0, "count");
+    assert_eq!(x0[250 * nf + 3], 51f64.ln_1p() as f32, "age: 250 - 199");
+    assert_eq!(x0[250 * nf + 4], 250f64.ln_1p() as f32, "rows: every earlier row");
+    // And train() builds exactly these for the blocked scheme, and says which it chose.
+    let m = train(&mk(None), &roles, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
+    assert!(["blocked", "fresh"].contains(&m.model.history()));
+}
+
+/// Crossed paths: rows sharing both parents; none for a path of several groups a row, or when
+/// one parent determines the other.
+#[test]
+fn crossed_paths_share_both_parents() {
+    let a = GroupPath {
+        name: "customer".into(),
+        pairs: (0..40u32).map(|r| (r, (r % 4) as u64)).collect(),
+    };
+    let b = GroupPath {
+        name: "category".into(),
+        pairs: (0..40u32).map(|r| (r, (r % 5) as u64)).collect(),
+    };
+    let c = history::cross(&a, &b, 40, true).expect("20 pairs of 40 rows");
+    assert_eq!(c.name, "customer&category");
+    for &(r, g) in &c.pairs {
+        for &(s, h) in &c.pairs {
+            assert_eq!(g == h, r % 4 == s % 4 && r % 5 == s % 5);
+        }
+    }
+    // One determines the other: nothing to add.
+    let fine = GroupPath {
+        name: "team".into(),
+        pairs: (0..40u32).map(|r| (r, (r % 8) as u64)).collect(),
+    };
+    assert!(history::cross(&fine, &a, 40, true).is_none());
+    // A link table (two groups a row): not crossed at training.
+    let mut link = b.pairs.clone();
+    link.push((0, 99));
+    let l = GroupPath {
+        name: "tag".into(),
+        pairs: link,
+    };
+    assert!(history::cross(&a, &l, 40, true).is_none());
+    assert!(history::cross(&a, &l, 40, false).is_some());
 }
 
 #[test]
@@ -494,12 +668,18 @@ fn history_counts_for_a_few_rows_equal_the_sweep() {
         .collect();
     let queries: Vec<u32> = vec![0, 10, 137, 499, 250];
     for as_of in [Some(&t[..]), None] {
-        let all = history::counts(&p, n, as_of, &known, 3);
-        let few = history::counts_for(&p, n, as_of, &known, 3, &queries);
+        let all = history::stats(&p, n, as_of, &known, 3, &queries, None);
+        let few = history::stats_for(&p, n, as_of, &known, 3, &queries, None);
         for (qi, &q) in queries.iter().enumerate() {
             assert_eq!(
-                &few[qi * 3..qi * 3 + 3],
-                &all[q as usize * 3..q as usize * 3 + 3],
+                &few.counts[qi * 3..qi * 3 + 3],
+                &all.counts[qi * 3..qi * 3 + 3],
+                "row {q}"
+            );
+            assert_eq!(few.rows[qi], all.rows[qi], "row {q}");
+            assert!(
+                (few.newest[qi].is_nan() && all.newest[qi].is_nan())
+                    || few.newest[qi] == all.newest[qi],
                 "row {q}"
             );
         }

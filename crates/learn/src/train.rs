@@ -2,6 +2,12 @@
 
 use super::*;
 
+/// Forward time blocks of the training rows' history (the blocked scheme); as many as the text
+/// model's forward-chained folds.
+const HISTORY_BLOCKS: usize = 6;
+/// Paths (of at most one group a row) whose pairs are crossed: at most 10 crossed paths.
+const MAX_CROSSED_FROM: usize = 5;
+
 /// Trains a predictor of `ds.label` from the rows marked [`Role::Train`] (`roles` has length n)
 /// and scores it on the [`Role::Test`] rows. Errors: Invalid (no training rows, fewer than 2
 /// classes, shapes), Memory, Cancelled (from `ctl`).
@@ -71,12 +77,36 @@ pub fn train(
             )
         })
         .collect();
+    // Crossed paths: each pair of the first MAX_CROSSED_FROM paths in which every row has at
+    // most one group, where the pair says more than either path alone (history::cross).
+    let single: Vec<usize> = (0..ds.paths.len())
+        .filter(|&i| {
+            let mut seen = vec![u64::MAX; n];
+            ds.paths[i].pairs.iter().all(|&(r, g)| {
+                let r = r as usize;
+                r >= n || std::mem::replace(&mut seen[r], g) == u64::MAX || seen[r] == g
+            })
+        })
+        .take(MAX_CROSSED_FROM)
+        .collect();
+    let mut cross: Vec<(usize, usize)> = Vec::new();
+    let mut crossed: Vec<GroupPath> = Vec::new();
+    for (i, &a) in single.iter().enumerate() {
+        for &b in &single[i + 1..] {
+            if let Some(p) = history::cross(&ds.paths[a], &ds.paths[b], n, true) {
+                cross.push((a, b));
+                crossed.push(p);
+            }
+        }
+    }
+    let paths: Vec<&GroupPath> = ds.paths.iter().chain(&crossed).collect();
     let mut lay = Layout {
         classes: classes.as_deref(),
         k,
         has_knn: ds.embedding.is_some(),
         has_text: ds.text.is_some(),
-        paths: ds.paths.iter().map(|p| p.name.clone()).collect(),
+        paths: paths.iter().map(|p| p.name.clone()).collect(),
+        path_stats: true,
         numbers: ds.numbers.iter().map(|p| p.0.clone()).collect(),
         cats,
     };
@@ -117,8 +147,9 @@ pub fn train(
     let stale = ds.as_of.is_some() && !valid.is_empty();
 
     // Memory: the big allocations, estimated before any is made.
-    let mut needed =
-        nq * nf * 4 * 3 + n * 64 + ds.paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
+    let mut needed = nq * nf * 4 * 4
+        + n * 72
+        + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
         needed += knn::memory(train_rows.len(), nq, e.dim, 5 * k, threads);
     }
@@ -290,10 +321,67 @@ pub fn train(
         text_valid = tv;
     }
 
-    let (x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
-        features(ds, &lay, &known, &queries, &text_feats, threads, sh)
-            .ok_or(Error::Cancelled("stopped".into()))
+    // Horizon: the training rows' history in forward time blocks, as a held-out period sees it.
+    // The training rows in as_of order make HISTORY_BLOCKS blocks of equal size; a row of block b
+    // counts the labels of rows earlier than the block's first row (block 0: none), so the age
+    // of its newest label runs from the row's distance to its block's start up, as a predicted
+    // row's grows with its distance from the last label known. (The other scheme, "fresh": every
+    // label strictly earlier than the row, as an online prediction sees.) The test rows and
+    // every predicted row read every known label strictly earlier than themselves either way.
+    let blocked_cut: Option<Vec<f64>> = ds.as_of.as_ref().map(|t| {
+        let mut cut = t.clone();
+        for b in 0..HISTORY_BLOCKS {
+            let block = &order[b * ntr / HISTORY_BLOCKS..(b + 1) * ntr / HISTORY_BLOCKS];
+            if let Some(&first) = block.first() {
+                let t0 = t_of(first);
+                for &p in block {
+                    cut[queries[p] as usize] = t0;
+                }
+            }
+        }
+        cut
+    });
+    let (mut x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
+        features(
+            ds,
+            &lay,
+            &paths,
+            &known,
+            &queries,
+            &text_feats,
+            blocked_cut.as_deref(),
+            threads,
+            sh,
+        )
+        .ok_or(Error::Cancelled("stopped".into()))
     })?;
+    // The training rows' history columns as the fresh scheme builds them (hist_c columns each).
+    let hist_at = history_col(&lay);
+    let hist_c = lay.paths.len() * lay.path_w();
+    let fresh_hist: Option<Vec<f32>> = if blocked_cut.is_some() && !paths.is_empty() {
+        let tq = &queries[..ntr];
+        polled(ctl, "fresh history", 1, |sh| {
+            let mut xt = vec![f32::NAN; ntr * nf];
+            history_columns(ds, &lay, &paths, &known, tq, None, &mut xt, hist_at, sh)
+                .ok_or(Error::Cancelled("stopped".into()))?;
+            Ok(xt
+                .chunks_exact(nf)
+                .flat_map(|r| r[hist_at..hist_at + hist_c].iter().copied())
+                .collect())
+        })
+        .map(Some)?
+    } else {
+        None
+    };
+    // Rows `rows` (positions < ntr) of `x` get the fresh history columns.
+    let put_fresh = |x: &mut [f32], rows: &mut dyn Iterator<Item = usize>| {
+        if let Some(h) = &fresh_hist {
+            for p in rows {
+                x[p * nf + hist_at..p * nf + hist_at + hist_c]
+                    .copy_from_slice(&h[p * hist_c..(p + 1) * hist_c]);
+            }
+        }
+    };
     drop(text_feats);
     // The validation rows' stale features, in their rows of a copy of x (the early rows' own
     // features read only earlier rows, all of them early: the same either way).
@@ -304,8 +392,18 @@ pub fn train(
         }
         let vq: Vec<u32> = valid.iter().map(|&p| queries[p]).collect();
         let (xv, _, _) = polled(ctl, "validation features", vq.len() as u64, |sh| {
-            features(ds, &lay, &known_v, &vq, &text_valid, threads, sh)
-                .ok_or(Error::Cancelled("stopped".into()))
+            features(
+                ds,
+                &lay,
+                &paths,
+                &known_v,
+                &vq,
+                &text_valid,
+                None,
+                threads,
+                sh,
+            )
+            .ok_or(Error::Cancelled("stopped".into()))
         })?;
         let mut xc = x.clone();
         for (i, &p) in valid.iter().enumerate() {
@@ -372,54 +470,74 @@ pub fn train(
             .flat_map(|r| r[knn_w..].iter().copied())
             .collect()
     };
-    // For the validation fits; the final fit's copy is made after the pick, only if it is picked.
-    let x_plain_valid: Option<Vec<f32>> = (knn_w > 0 && !valid.is_empty()).then(|| plain(x_valid));
+    // The history schemes compared (with as_of and a validation slice: the blocked, then the
+    // fresh one, each its early rows' history; the validation rows' is stale in both).
+    let x_fresh_valid: Option<Vec<f32>> = (fresh_hist.is_some() && !valid.is_empty()).then(|| {
+        let mut c = x_valid.to_vec();
+        put_fresh(&mut c, &mut early.iter().copied());
+        c
+    });
+    let default_scheme = if blocked_cut.is_some() {
+        "blocked"
+    } else {
+        "leave-one-out"
+    };
+    let mut schemes: Vec<(&str, &[f32])> = vec![(default_scheme, x_valid)];
+    if let Some(f) = &x_fresh_valid {
+        schemes.push(("fresh", f));
+    }
     // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
-    // the GBDT's rounds).
-    let mut val_scores: Vec<(String, bool, Vec<f32>, usize)> = Vec::new();
+    // the GBDT's rounds, the scheme's index).
+    let mut val_scores: Vec<(String, bool, Vec<f32>, usize, usize)> = Vec::new();
+    let mut has_plain = false;
     if !valid.is_empty() {
-        for use_knn in [false, true] {
-            let (xv, nfv): (&[f32], usize) = match (&x_plain_valid, use_knn) {
-                (_, true) => (x_valid, nf),
-                (Some(xp), false) => (xp, nf - knn_w),
-                (None, false) => continue,
-            };
-            let catv = &lay.cats;
-            if want_gbdt {
-                let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                    gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
-                        .ok_or(Error::Cancelled("stopped".into()))
-                })?;
-                let mut p = vec![0f32; valid.len() * kout];
-                for (i, &r) in valid.iter().enumerate() {
-                    g.predict(
-                        &xv[r * nfv..(r + 1) * nfv],
-                        &mut p[i * kout..(i + 1) * kout],
-                    );
+        for (si, &(_, xs)) in schemes.iter().enumerate() {
+            // For the validation fits; the final fit's copy is made after the pick.
+            let xs_plain: Option<Vec<f32>> = (knn_w > 0).then(|| plain(xs));
+            has_plain |= xs_plain.is_some();
+            for use_knn in [false, true] {
+                let (xv, nfv): (&[f32], usize) = match (&xs_plain, use_knn) {
+                    (_, true) => (xs, nf),
+                    (Some(xp), false) => (xp, nf - knn_w),
+                    (None, false) => continue,
+                };
+                let catv = &lay.cats;
+                if want_gbdt {
+                    let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
+                        gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
+                            .ok_or(Error::Cancelled("stopped".into()))
+                    })?;
+                    let mut p = vec![0f32; valid.len() * kout];
+                    for (i, &r) in valid.iter().enumerate() {
+                        g.predict(
+                            &xv[r * nfv..(r + 1) * nfv],
+                            &mut p[i * kout..(i + 1) * kout],
+                        );
+                    }
+                    val_scores.push(("gbdt".into(), use_knn, p, g.rounds.max(1), si));
                 }
-                val_scores.push(("gbdt".into(), use_knn, p, g.rounds.max(1)));
-            }
-            if want_lin {
-                let h = polled(ctl, "logistic validation", 15, |sh| {
-                    fit_lin_head(xv, nfv, catv, &hy, &early, sh)
-                        .ok_or(Error::Cancelled("stopped".into()))
-                })?;
-                let head = Head::Logistic(h);
-                let mut p = vec![0f32; valid.len() * kout];
-                for (i, &r) in valid.iter().enumerate() {
-                    head_predict(
-                        &head,
-                        &xv[r * nfv..(r + 1) * nfv],
-                        &mut p[i * kout..(i + 1) * kout],
-                    );
+                if want_lin {
+                    let h = polled(ctl, "logistic validation", 15, |sh| {
+                        fit_lin_head(xv, nfv, catv, &hy, &early, sh)
+                            .ok_or(Error::Cancelled("stopped".into()))
+                    })?;
+                    let head = Head::Logistic(h);
+                    let mut p = vec![0f32; valid.len() * kout];
+                    for (i, &r) in valid.iter().enumerate() {
+                        head_predict(
+                            &head,
+                            &xv[r * nfv..(r + 1) * nfv],
+                            &mut p[i * kout..(i + 1) * kout],
+                        );
+                    }
+                    val_scores.push(("logistic".into(), use_knn, p, 0, si));
                 }
-                val_scores.push(("logistic".into(), use_knn, p, 0));
             }
         }
     }
     let val_metrics: Vec<MetricRow> = val_scores
         .iter()
-        .map(|(a, _, p, _)| metric("predictor", a, "validation", &hy, &valid, p, kout))
+        .map(|(a, _, p, _, _)| metric("predictor", a, "validation", &hy, &valid, p, kout))
         .collect();
     // The pick: the best validation score (accuracy, or -MAE) among the candidates the algorithm
     // allows; ties go to the earlier one: without the k-NN votes (fewer features), the GBDT first.
@@ -430,30 +548,32 @@ pub fn train(
             best = Some(i);
         }
     }
-    let (pick, use_knn, rounds) = match best {
-        Some(b) => (
-            if val_scores[b].0 == "gbdt" {
-                "gbdt"
-            } else {
-                "logistic"
-            },
-            val_scores[b].1,
-            val_scores
-                .iter()
-                .find(|v| v.0 == "gbdt" && v.1 == val_scores[b].1)
-                .map_or(params.rounds.min(150), |v| v.3),
-        ),
+    let (pick, use_knn, rounds, scheme) = match best {
+        Some(b) => {
+            let (algo, knn, si) = (&val_scores[b].0, val_scores[b].1, val_scores[b].4);
+            (
+                if algo == "gbdt" { "gbdt" } else { "logistic" },
+                knn,
+                val_scores
+                    .iter()
+                    .find(|v| v.0 == "gbdt" && v.1 == knn && v.4 == si)
+                    .map_or(params.rounds.min(150), |v| v.3),
+                schemes[si].0,
+            )
+        }
         None => (
             if want_gbdt { "gbdt" } else { "logistic" },
             true,
             params.rounds.min(150),
+            default_scheme,
         ),
     };
-    // The report's validation rows: the candidates with the picked features.
+    let scheme_index = schemes.iter().position(|s| s.0 == scheme).unwrap_or(0);
+    // The report's validation rows: the candidates with the picked features and history.
     let (val_scores, val_metrics): (Vec<_>, Vec<_>) = val_scores
         .into_iter()
         .zip(val_metrics)
-        .filter(|(v, _)| v.1 == use_knn)
+        .filter(|(v, _)| v.1 == use_knn && v.4 == scheme_index)
         .map(|(v, m)| ((v.0, v.2), m))
         .unzip();
     // k-NN alone, for the report (before its columns may go).
@@ -473,9 +593,14 @@ pub fn train(
         }
         p
     });
-    let leave_out_knn = x_plain_valid.is_some() && !use_knn;
-    drop(x_plain_valid);
+    let leave_out_knn = has_plain && !use_knn;
+    drop(schemes);
+    drop(x_fresh_valid);
     drop(x_val);
+    if scheme == "fresh" {
+        put_fresh(&mut x, &mut (0..ntr));
+    }
+    drop(fresh_hist);
     let (x, nf) = if leave_out_knn {
         lay.has_knn = false;
         (plain(&x), nf - knn_w)
@@ -564,6 +689,9 @@ pub fn train(
         head,
         importance,
         threads,
+        path_stats: lay.path_stats,
+        cross,
+        history: scheme.into(),
     };
     Ok(Trained {
         model,

@@ -75,15 +75,17 @@ impl Model {
                 self.threads
             )));
         }
-        let lay = Layout {
-            classes: self.classes.as_deref(),
-            k: self.k,
-            has_knn: self.has_knn,
-            has_text: self.text.is_some(),
-            paths: self.paths.clone(),
-            numbers: self.numbers.clone(),
-            cats: self.categories.clone(),
-        };
+        if let Some(&(a, b)) = self
+            .cross
+            .iter()
+            .find(|&&(a, b)| a >= self.paths.len() || b >= self.paths.len() || a == b)
+        {
+            return Err(invalid(format!(
+                "crossed path ({a}, {b}) of {} paths",
+                self.paths.len()
+            )));
+        }
+        let lay = self.layout();
         let nf = lay.nf();
         if self.feature_names.len() != nf || self.importance.len() != nf {
             return Err(invalid(format!(

@@ -336,3 +336,63 @@ pub fn store(p: NewPredictor<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+/// The columns of table `tbl` that predictions are written to: the targets of its predict jobs
+/// and the columns `tributary_predict_column` wrote for any predictor ([`record_output`]), read
+/// as the extension's owner. `tributary_train` leaves them out of the features unless `columns`
+/// names them (a prediction as a feature changes with every refresh, and an empty target column
+/// would be a feature once filled).
+pub fn prediction_outputs(tbl: pg_sys::Oid) -> Result<Vec<String>> {
+    let recorded = if has_outputs()? {
+        "UNION ALL SELECT CAST(pg_catalog.unnest(outputs) AS pg_catalog.text) FROM tributary._predictors \
+          WHERE CAST(tbl AS pg_catalog.oid) OPERATOR(pg_catalog.=) $1"
+    } else {
+        ""
+    };
+    as_role(extension_owner(), || {
+        pinned(|| {
+            Spi::get_one_with_args::<Vec<String>>(
+                &format!(
+                    "SELECT pg_catalog.array_agg(DISTINCT c) FROM ( \
+                     SELECT CAST(target AS pg_catalog.text) FROM tributary._predict_jobs \
+                      WHERE CAST(tbl AS pg_catalog.oid) OPERATOR(pg_catalog.=) $1 {recorded}) o(c)"
+                ),
+                &[tbl.into()],
+            )
+        })
+    })
+    .map(Option::unwrap_or_default)
+    .map_err(spi_error)
+}
+
+/// Whether `tributary._predictors` has `outputs` (0.12.0's SQL; not before `ALTER EXTENSION
+/// tributary UPDATE`).
+fn has_outputs() -> Result<bool> {
+    crate::pg::spi::select_one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
+          WHERE attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('tributary._predictors') \
+            AND attname OPERATOR(pg_catalog.=) 'outputs' AND NOT attisdropped)",
+        &[],
+    )
+    .map(|b| b.unwrap_or(false))
+    .map_err(spi_error)
+}
+
+/// Records that predictor `name` wrote column `target` (`tributary._predictors.outputs`), as the
+/// extension's owner: see [`prediction_outputs`].
+pub fn record_output(name: &str, target: &str) -> Result<()> {
+    if !has_outputs()? {
+        return Ok(());
+    }
+    as_role(extension_owner(), || {
+        pinned(|| {
+            Spi::run_with_args(
+                "UPDATE tributary._predictors SET outputs = pg_catalog.array_append(outputs, CAST($2 AS pg_catalog.name)) \
+                  WHERE name OPERATOR(pg_catalog.=) $1 AND NOT CAST($2 AS pg_catalog.name) OPERATOR(pg_catalog.=) ANY (outputs)",
+                &[name.into(), target.into()],
+            )
+        })
+    })
+    .map_err(spi_error)
+}
+

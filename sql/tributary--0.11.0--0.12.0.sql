@@ -1,0 +1,534 @@
+-- tributary 0.11.0 -> 0.12.0: predictions in time (issue 47), the learning half. Predictors
+-- trained from now on build their training rows' label history in forward time blocks (or, when
+-- the validation slice says so, from every earlier label), with the age of the newest label and
+-- the count of every earlier related row per path, crossed paths, and the month, weekday and
+-- hour of a date or timestamp as_of (tributary._learn_spec's time_parts); rows are read in the
+-- order of their key, category columns are detected over the whole table, and a column that
+-- predictions are written to (a predict job's target, or a column tributary_predict_column
+-- wrote: tributary._predictors.outputs) is no feature unless named. tributary_predict_column
+-- takes labelled => true (every row, each as of its own time: the online protocol).
+-- Predictors trained before keep their features (their options have no time_parts).
+-- Generated from sql/learn.sql and src/api/learn.rs.
+
+ALTER TABLE tributary._predictors ADD COLUMN outputs name[] NOT NULL DEFAULT '{}';
+
+DROP FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[]);
+
+-- The plan of a predictor over column `label` of `tbl`: what tributary_train and the
+-- prediction functions read, as jsonb (src/service/learn.rs reads it):
+--   kind            'category' or 'number' (tributary.label_kind)
+--   rows_sql        one row per row of the table: key (jsonb text), tableoid, ctid, as_of
+--                   (float8), label (text or float8), text, embedding (float4[]), numbers
+--                   (float8[]), categories (text[]), the group of each parent path (text[]), the
+--                   referenced key of each link path (text[]); %SOURCE%, %TABLEOID% and %CTID%
+--                   are replaced by the caller (the table; or one record)
+--   numbers, categories  the names of the typed features in rows_sql's arrays
+--   parents         the names of the parent, two- and three-hop paths, in the order of rows_sql's
+--                   groups
+--   links           [{name, ref, sql}]: sql gives (referenced key text, group text) pairs of one
+--                   link path, ref = the index into rows_sql's referenced keys
+--   as_of_sql       a statement that turns $1 (text) into the as_of float8, for split_at
+--   signature       [[table, column, type], ...] of every column read
+--   paths, columns  every history path and feature column found (chosen or not)
+--   paths_used, columns_used  those chosen (what tributary_train stores as the predictor's
+--                   history and columns, so that columns added later change nothing)
+--   reads           [[table OID, [column, ...]], ...]: every column the chosen features read, tbl first
+--   untrusted       the tables of other roles left out (tributary._learn_trusted), for a NOTICE
+--   vouched         the chosen paths and columns that read a table tbl's owner does not own (read
+--                   because the caller is a member of its owner, or named): tributary_train
+--                   stores them as named, so that the predictor reads them for whoever may use it
+-- Paths (README, "Models that learn"): a foreign key of tbl, named by its columns
+-- ("album_id": rows with the same parent); through the parent's own foreign keys ("album_id.artist_id":
+-- rows whose parents share a grandparent); through the grandparent's ("track_id.album_id.artist_id":
+-- rows whose grandparents share a great-grandparent); a link table referencing tbl and another
+-- table ("film_person.person_id": rows linked to the same person); a link table referencing a
+-- parent and another table ("track_id.playlist_track.playlist_id": rows whose parents share a
+-- playlist). Typed columns: tbl's own numbers,
+-- booleans, dates and timestamps, and text columns of at most 64 distinct values (categories;
+-- counted over the whole table, so the same rows give the same features in any heap order); a
+-- column without any value is none (an empty target column); the numbers of each parent
+-- ("album_id.price"). With `time_parts` and an as_of of a date or timestamp type, its month
+-- ("{as_of}:month", 1-12) and ISO weekday ("{as_of}:weekday", 1 = Monday), and for timestamps
+-- its hour ("{as_of}:hour"), all in UTC for timestamptz (the same in every session's TimeZone),
+-- are numbers too (predictors trained since 0.12.0). A column in `outputs` (a predict job's
+-- target, a column tributary_predict_column wrote) is no feature unless `columns` names it. Rows are read in the order of their key's
+-- text (byte order), so that a table in another heap order gives the same dataset (a table
+-- without a primary key is read in ctid order). Text: tbl's own text
+-- columns, its parents' ("track_id.name") and its grandparents' ("track_id.album_id.title"),
+-- chosen by `columns` too. Only columns the caller may read are found; named ones it may not read fail when read
+-- (42501). A path or column that reads a table other than tbl is found only when that table is
+-- trusted (tributary._learn_trusted: tbl's owner's, or of a role the caller is a member of) or
+-- the path or column is in `named` (NULL: the names in history and columns, as tributary_train
+-- gives them; a stored predictor passes the names its trainer gave). Errors: 42809 tbl not a
+-- table; 42703 unknown label, as_of or embedding column; 42804 as_of not a number, date or
+-- timestamp, a number label of a type that is not built in, embedding not vector/halfvec;
+-- 22023 a history path or column named that does not exist (DETAIL lists those found).
+CREATE FUNCTION tributary._learn_spec(
+    tbl regclass, label name, embedding name, as_of name, history text[], columns text[],
+    named text[] DEFAULT NULL, time_parts boolean DEFAULT false, outputs text[] DEFAULT NULL)
+RETURNS jsonb LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    vec text;
+    kind text;
+    rk "char" := (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl);
+    ty record;
+    a record;
+    fk record;
+    fk2 record;
+    fk3 record;
+    lk record;
+    key_expr text;
+    as_of_expr text := 'CAST(NULL AS pg_catalog.float8)';
+    as_of_sql text;
+    texts text[] := '{}';
+    nums text[] := '{}';
+    num_names text[] := '{}';
+    cats text[] := '{}';
+    cat_names text[] := '{}';
+    groups text[] := '{}';
+    group_names text[] := '{}';
+    refs text[] := '{}';
+    ref_cols_seen text[] := '{}';
+    links jsonb := '[]';
+    found_paths text[] := '{}';
+    found_cols text[] := '{}';
+    used_cols text[] := '{}';
+    used_paths text[] := '{}';
+    sig jsonb := '[]';
+    reads jsonb := '[]';
+    untrusted text[] := '{}';
+    vouched text[] := '{}';
+    own oid := (SELECT c.relowner FROM pg_class c WHERE c.oid = tbl);
+    names text[] := coalesce(named, ARRAY(SELECT h FROM unnest(coalesce(history, '{}') || coalesce(columns, '{}')) h WHERE h NOT LIKE '-%'));
+    p_ok boolean;
+    g_ok boolean;
+    p_own boolean;
+    g_own boolean;
+    key_cols name[];
+    pname text;
+    path2 text;
+    n bigint;
+    num text;
+    pn text[];
+    pnn text[];
+    ptx text[];
+    emb_expr text := 'CAST(NULL AS pg_catalog.float4[])';
+    ridx integer;
+BEGIN
+    -- A table (its rows are read with tableoid and ctid, and written back by them).
+    IF rk IS NOT NULL AND rk NOT IN ('r', 'p', 'm', 'f') THEN
+        RAISE EXCEPTION '"%" is not a table', tbl USING ERRCODE = '42809',
+            DETAIL = format('It is %s.', CASE rk WHEN 'S' THEN 'a sequence' WHEN 'v' THEN 'a view' WHEN 'c' THEN 'a composite type'
+                                              WHEN 'i' THEN 'an index' WHEN 'I' THEN 'an index' WHEN 't' THEN 'a TOAST table'
+                                              ELSE format('a relation of kind %L', rk) END),
+            HINT = 'A predictor learns from a table, a partitioned table, a materialized view or a foreign table.';
+    END IF;
+    vec := tributary._vector_schema();
+    kind := tributary.label_kind(tbl, label, 'auto');
+    -- The row's key (tributary.row_key); without a primary or shards' key its ctid, which a
+    -- record passed to tributary_predict has none of (%CTID%: NULL there).
+    key_expr := CASE WHEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = tbl AND i.indisprimary)
+                       OR cardinality(tributary._shard_key_columns(tbl)) > 0 THEN tributary.row_key(tbl, 't')
+                     ELSE 'pg_catalog.jsonb_build_object(''ctid'', CAST(%CTID% AS pg_catalog.text))' END;
+    -- Columns in a primary or foreign key: never typed features (an id is no quantity).
+    SELECT coalesce(array_agg(DISTINCT att.attname), '{}') INTO key_cols
+      FROM pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) k(n)
+      JOIN pg_attribute att ON att.attrelid = c.conrelid AND att.attnum = k.n
+     WHERE c.conrelid = tbl AND c.contype IN ('p', 'f', 'u');
+    SELECT * INTO ty FROM tributary._learn_column_type(tbl, label);
+    IF kind = 'number' AND ty.typname IS NULL THEN
+        RAISE EXCEPTION 'label column "%" is of type %, not a built-in number type', label, ty.sql_type USING ERRCODE = '42804';
+    END IF;
+    sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, label, ty.sql_type));
+    reads := tributary._learn_reads(reads, tbl, ARRAY[label]);
+    -- The key columns (tributary.row_key: the primary key, else the shards' key).
+    reads := tributary._learn_reads(reads, tbl, coalesce(
+        (SELECT array_agg(pa.attname) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) k(attnum)
+           JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = tbl AND i.indisprimary),
+        (SELECT array_agg((parse_ident(c))[1]) FROM unnest(tributary._shard_key_columns(tbl)) c)));
+
+    IF as_of IS NOT NULL THEN
+        SELECT * INTO ty FROM tributary._learn_column_type(tbl, as_of);
+        IF ty.sql_type IS NULL THEN
+            RAISE EXCEPTION 'column "%" of relation "%" does not exist', as_of, tbl USING ERRCODE = '42703';
+        END IF;
+        as_of_expr := tributary._learn_number(format('t.%I', as_of), ty.category, ty.typname);
+        IF as_of_expr IS NULL OR ty.category = 'B' THEN
+            RAISE EXCEPTION 'as_of column "%" is of type %, not a number, date or timestamp', as_of, ty.sql_type
+                USING ERRCODE = '42804', HINT = 'as_of names the column that dates each row: an integer (a year), a date or a timestamp.';
+        END IF;
+        -- split_at read by the (built-in) base type's input, never a domain's CHECK.
+        as_of_sql := format('SELECT %s FROM (SELECT CAST($1 AS pg_catalog.%I) AS %I) t', as_of_expr, ty.typname, as_of);
+        sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, as_of, ty.sql_type));
+        reads := tributary._learn_reads(reads, tbl, ARRAY[as_of]);
+        IF time_parts AND ty.typname IN ('date', 'timestamp', 'timestamptz') THEN
+            -- Month, ISO weekday and (timestamps) hour of the as_of; timestamptz in UTC.
+            num := CASE WHEN ty.typname = 'timestamptz'
+                        THEN format('pg_catalog.timezone(CAST(''UTC'' AS pg_catalog.text), t.%I)', as_of)
+                        WHEN ty.typname = 'date' THEN format('CAST(t.%I AS pg_catalog.timestamp)', as_of)
+                        ELSE format('t.%I', as_of) END;
+            FOR pn IN SELECT ARRAY[u, f] FROM (VALUES ('month', 'month'), ('isodow', 'weekday'), ('hour', 'hour')) v(u, f)
+                       WHERE ty.typname <> 'date' OR u <> 'hour' LOOP
+                nums := nums || format('ARRAY[CASE WHEN pg_catalog.isfinite(t.%I) THEN CAST(pg_catalog.date_part(%L, %s) AS pg_catalog.float8) END]',
+                                       as_of, pn[1], num);
+                num_names := num_names || format('%s:%s', as_of, pn[2]);
+            END LOOP;
+        END IF;
+    END IF;
+
+    IF embedding IS NOT NULL THEN
+        PERFORM tributary.embedding_type(tbl, embedding);
+        emb_expr := format('CAST(CAST(t.%I AS %s.vector) AS pg_catalog.float4[])', embedding, vec);
+        sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, embedding, (tributary._learn_column_type(tbl, embedding)).sql_type));
+        reads := tributary._learn_reads(reads, tbl, ARRAY[embedding]);
+    END IF;
+
+    -- Own columns.
+    FOR a IN SELECT att.attname, b.category AS typcategory, b.typname, t.typname AS own_type, format_type(att.atttypid, att.atttypmod) AS sql_type
+               FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+              CROSS JOIN LATERAL tributary._learn_type(att.atttypid) b
+              WHERE att.attrelid = tbl AND att.attnum > 0 AND NOT att.attisdropped
+                AND att.attname NOT IN (label, coalesce(embedding, ''), coalesce(as_of, ''))
+                AND NOT att.attname = ANY (key_cols)
+                AND has_column_privilege(tbl, att.attnum, 'SELECT')
+              ORDER BY att.attnum LOOP
+        num := tributary._learn_number(format('t.%I', a.attname), a.typcategory, a.typname);
+        IF a.own_type IN ('vector', 'halfvec', 'sparsevec', 'bytea', 'tsvector', 'json', 'jsonb')
+           OR (num IS NULL AND a.typcategory NOT IN ('S', 'E')) THEN
+            CONTINUE;
+        END IF;
+        -- An empty column (a target made for the predictions, say) is no feature.
+        -- Distinct values over the whole table, 65 at most (the same count in any heap order).
+        EXECUTE format('SELECT count(*) FROM (SELECT DISTINCT tributary._text(t.%I) AS v FROM %s t WHERE t.%I IS NOT NULL LIMIT 65) d',
+                       a.attname, tbl, a.attname) INTO n;
+        IF n = 0 THEN
+            CONTINUE;
+        END IF;
+        found_cols := found_cols || a.attname::text;
+        -- A column predictions are written to is a feature only when columns names it.
+        IF NOT tributary._learn_chosen(a.attname, columns)
+           OR (a.attname = ANY (coalesce(outputs, '{}')) AND NOT a.attname = ANY (coalesce(columns, '{}'))) THEN
+            CONTINUE;
+        END IF;
+        used_cols := used_cols || a.attname::text;
+        sig := sig || jsonb_build_array(jsonb_build_array(tbl::text, a.attname, a.sql_type));
+        reads := tributary._learn_reads(reads, tbl, ARRAY[a.attname]);
+        IF num IS NOT NULL THEN
+            nums := nums || ('ARRAY[' || num || ']');
+            num_names := num_names || a.attname::text;
+        ELSE
+            texts := texts || format('tributary._text(t.%I)', a.attname);
+            IF n <= 64 THEN
+                cats := cats || format('tributary._text(t.%I)', a.attname);
+                cat_names := cat_names || a.attname::text;
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- Parents: the group of each foreign key, each parent's numbers, and two and three hops;
+    -- each only where the caller may read the columns it joins on, and (but for the one-hop
+    -- group, which reads tbl alone) through trusted tables or named.
+    FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
+        IF NOT tributary._learn_readable(tbl, fk.cols) THEN
+            CONTINUE;
+        END IF;
+        pname := array_to_string(fk.cols, ',');
+        found_paths := found_paths || pname;
+        IF tributary._learn_chosen(pname, history) THEN
+            groups := groups || tributary._learn_key_text('t', fk.cols);
+            group_names := group_names || pname;
+            used_paths := used_paths || pname;
+            reads := tributary._learn_reads(reads, tbl, fk.cols);
+        END IF;
+        IF NOT tributary._learn_readable(fk.ref, fk.ref_cols) THEN
+            CONTINUE;
+        END IF;
+        p_ok := tributary._learn_trusted(tbl, fk.ref);
+        p_own := (SELECT c.relowner FROM pg_class c WHERE c.oid = fk.ref) = own;
+        -- The parent's numbers, as one float8[] subquery per parent.
+        pn := '{}';
+        pnn := '{}';
+        ptx := '{}';
+        FOR a IN SELECT att.attname, b.category AS typcategory, b.typname, t.typname AS own_type, format_type(att.atttypid, att.atttypmod) AS sql_type
+                   FROM pg_attribute att JOIN pg_type t ON t.oid = att.atttypid
+                  CROSS JOIN LATERAL tributary._learn_type(att.atttypid) b
+                  WHERE att.attrelid = fk.ref AND att.attnum > 0 AND NOT att.attisdropped
+                    AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk.ref
+                                       AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
+                    AND has_column_privilege(fk.ref, att.attnum, 'SELECT')
+                  ORDER BY att.attnum LOOP
+            num := tributary._learn_number(format('p.%I', a.attname), a.typcategory, a.typname);
+            IF NOT (a.typcategory IN ('S', 'E') OR (num IS NOT NULL AND a.own_type NOT IN ('vector', 'halfvec'))) THEN
+                CONTINUE;
+            END IF;
+            IF NOT (p_ok OR (pname || '.' || a.attname) = ANY (names)) THEN
+                untrusted := untrusted || fk.ref::text;
+                CONTINUE;
+            END IF;
+            found_cols := found_cols || (pname || '.' || a.attname);
+            IF NOT tributary._learn_chosen(pname || '.' || a.attname, columns) THEN
+                CONTINUE;
+            END IF;
+            used_cols := used_cols || (pname || '.' || a.attname);
+            IF NOT p_own THEN
+                vouched := vouched || (pname || '.' || a.attname);
+            END IF;
+            sig := sig || jsonb_build_array(jsonb_build_array(fk.ref::text, a.attname, a.sql_type));
+            reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), fk.ref, fk.ref_cols || a.attname);
+            IF a.typcategory IN ('S', 'E') THEN
+                -- The parent's text (an album's title, a track's composer) joins the row's text.
+                ptx := ptx || format('tributary._text(p.%I)', a.attname);
+            ELSE
+                pn := pn || num;
+                pnn := pnn || (pname || '.' || a.attname);
+            END IF;
+        END LOOP;
+        IF cardinality(ptx) > 0 THEN
+            texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p WHERE (%s) = (%s))',
+                array_to_string(ptx, ', '), fk.ref,
+                (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+        END IF;
+        IF cardinality(pn) > 0 THEN
+            -- No parent row (a NULL foreign key): as many NULLs.
+            nums := nums || format('COALESCE((SELECT ARRAY[%s] FROM %s p WHERE (%s) = (%s)), pg_catalog.array_fill(CAST(NULL AS pg_catalog.float8), ARRAY[%s]))',
+                array_to_string(pn, ', '), fk.ref,
+                (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)),
+                cardinality(pn));
+            num_names := num_names || pnn;
+        END IF;
+        FOR fk2 IN SELECT * FROM tributary._learn_fkeys(fk.ref) LOOP
+            IF NOT tributary._learn_readable(fk.ref, fk2.cols) THEN
+                CONTINUE;
+            END IF;
+            path2 := pname || '.' || array_to_string(fk2.cols, ',');
+            g_ok := tributary._learn_trusted(tbl, fk2.ref);
+            g_own := (SELECT c.relowner FROM pg_class c WHERE c.oid = fk2.ref) = own;
+            IF NOT (p_ok OR path2 = ANY (names)) THEN
+                untrusted := untrusted || fk.ref::text;
+            ELSE
+                found_paths := found_paths || path2;
+                IF tributary._learn_chosen(path2, history) THEN
+                    groups := groups || format('(SELECT %s FROM %s p WHERE (%s) = (%s))',
+                        tributary._learn_key_text('p', fk2.cols), fk.ref,
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    group_names := group_names || path2;
+                    used_paths := used_paths || path2;
+                    IF NOT p_own THEN
+                        vouched := vouched || path2;
+                    END IF;
+                    reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), fk.ref, fk.ref_cols || fk2.cols);
+                END IF;
+            END IF;
+            -- Three hops: rows whose grandparents share a great-grandparent (a track's album's
+            -- artist: "track_id.album_id.artist_id").
+            FOR fk3 IN SELECT * FROM tributary._learn_fkeys(fk2.ref) LOOP
+                -- Only a path the caller may read (the grandparent's key and foreign key columns).
+                IF NOT tributary._learn_readable(fk2.ref, fk2.ref_cols || fk3.cols) THEN
+                    CONTINUE;
+                END IF;
+                IF NOT ((p_ok AND g_ok) OR (path2 || '.' || array_to_string(fk3.cols, ',')) = ANY (names)) THEN
+                    untrusted := untrusted || fk2.ref::text;
+                    CONTINUE;
+                END IF;
+                found_paths := found_paths || (path2 || '.' || array_to_string(fk3.cols, ','));
+                IF tributary._learn_chosen(path2 || '.' || array_to_string(fk3.cols, ','), history) THEN
+                    groups := groups || format('(SELECT %s FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                        tributary._learn_key_text('g', fk3.cols), fk.ref, fk2.ref,
+                        (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                        (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    group_names := group_names || (path2 || '.' || array_to_string(fk3.cols, ','));
+                    used_paths := used_paths || (path2 || '.' || array_to_string(fk3.cols, ','));
+                    IF NOT (p_own AND g_own) THEN
+                        vouched := vouched || (path2 || '.' || array_to_string(fk3.cols, ','));
+                    END IF;
+                    reads := tributary._learn_reads(tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols),
+                                 fk.ref, fk.ref_cols || fk2.cols), fk2.ref, fk2.ref_cols || fk3.cols);
+                END IF;
+            END LOOP;
+            -- The grandparent's text (a track's album title) joins the row's text too.
+            ptx := '{}';
+            FOR a IN SELECT att.attname, format_type(att.atttypid, att.atttypmod) AS sql_type
+                       FROM pg_attribute att CROSS JOIN LATERAL tributary._learn_type(att.atttypid) b
+                      WHERE att.attrelid = fk2.ref AND att.attnum > 0 AND NOT att.attisdropped
+                        AND tributary._learn_readable(fk2.ref, fk2.ref_cols)
+                        AND b.category IN ('S', 'E')
+                        AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = fk2.ref
+                                           AND c.contype IN ('p', 'f', 'u') AND att.attnum = ANY (c.conkey))
+                        AND has_column_privilege(fk2.ref, att.attnum, 'SELECT')
+                      ORDER BY att.attnum LOOP
+                IF NOT ((p_ok AND g_ok) OR (path2 || '.' || a.attname) = ANY (names)) THEN
+                    untrusted := untrusted || fk2.ref::text;
+                    CONTINUE;
+                END IF;
+                found_cols := found_cols || (path2 || '.' || a.attname);
+                IF tributary._learn_chosen(path2 || '.' || a.attname, columns) THEN
+                    ptx := ptx || format('tributary._text(g.%I)', a.attname);
+                    used_cols := used_cols || (path2 || '.' || a.attname);
+                    IF NOT (p_own AND g_own) THEN
+                        vouched := vouched || (path2 || '.' || a.attname);
+                    END IF;
+                    sig := sig || jsonb_build_array(jsonb_build_array(fk2.ref::text, a.attname, a.sql_type));
+                    reads := tributary._learn_reads(tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols),
+                                 fk.ref, fk.ref_cols || fk2.cols), fk2.ref, fk2.ref_cols || a.attname);
+                END IF;
+            END LOOP;
+            IF cardinality(ptx) > 0 THEN
+                texts := texts || format('(SELECT pg_catalog.concat_ws('' '', %s) FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (%s))',
+                    array_to_string(ptx, ', '), fk.ref, fk2.ref,
+                    (SELECT string_agg(format('g.%I', c), ', ' ORDER BY o) FROM unnest(fk2.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
+                    (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- A parent's link tables: rows whose parents share a row of another table through a link
+    -- table (a track's playlists: "track_id.playlist_track.playlist_id").
+    FOR fk IN SELECT * FROM tributary._learn_fkeys(tbl) LOOP
+        FOR lk IN SELECT c.conrelid::regclass AS child, l.cols, o.cols AS other_cols
+                    FROM pg_constraint c
+                    CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
+                    CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
+                   WHERE c.confrelid = fk.ref AND c.contype = 'f' AND c.conrelid <> tbl AND c.conrelid <> fk.ref
+                     AND l.conname = c.conname
+                     -- A partitioned link table once, not once more for each of its partitions.
+                     AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid) AND o.conname <> c.conname AND l.ref_cols = fk.ref_cols
+                     -- Only a link table the caller may read (both foreign keys' columns), from a
+                     -- foreign key of the table it may read.
+                     AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
+                     AND tributary._learn_readable(tbl, fk.cols)
+                   ORDER BY c.conrelid::regclass::text, o.conname LOOP
+            pname := format('%s.%s.%s', array_to_string(fk.cols, ','), (SELECT relname FROM pg_class WHERE oid = lk.child),
+                            array_to_string(lk.other_cols, ','));
+            IF NOT (tributary._learn_trusted(tbl, lk.child) OR pname = ANY (names)) THEN
+                untrusted := untrusted || lk.child::text;
+                CONTINUE;
+            END IF;
+            found_paths := found_paths || pname;
+            IF NOT tributary._learn_chosen(pname, history) THEN
+                CONTINUE;
+            END IF;
+            ridx := array_position(ref_cols_seen, array_to_string(fk.cols, ',') || '.');
+            IF ridx IS NULL THEN
+                refs := refs || tributary._learn_key_text('t', fk.cols);
+                ref_cols_seen := ref_cols_seen || (array_to_string(fk.cols, ',') || '.');
+                ridx := cardinality(refs);
+            END IF;
+            used_paths := used_paths || pname;
+            IF (SELECT c.relowner FROM pg_class c WHERE c.oid = lk.child) <> own THEN
+                vouched := vouched || pname;
+            END IF;
+            links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
+                'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
+                              tributary._learn_key_text('l', lk.other_cols), lk.child));
+            sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
+            reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), lk.child, lk.cols || lk.other_cols);
+        END LOOP;
+    END LOOP;
+
+    -- Link tables: a table with a foreign key to tbl and another foreign key.
+    FOR lk IN SELECT c.conrelid::regclass AS child, l.cols, l.ref_cols, o.cols AS other_cols, o.ref AS other
+                FROM pg_constraint c
+                CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) l
+                CROSS JOIN LATERAL tributary._learn_fkeys(c.conrelid) o
+               WHERE c.confrelid = tbl AND c.contype = 'f' AND c.conrelid <> tbl
+                 AND l.conname = c.conname AND o.conname <> c.conname
+                 AND NOT (SELECT k.relispartition FROM pg_class k WHERE k.oid = c.conrelid)
+                 -- Only a link table the caller may read, joined on keys it may read.
+                 AND tributary._learn_readable(c.conrelid, l.cols || o.cols)
+                 AND tributary._learn_readable(tbl, l.ref_cols)
+               ORDER BY c.conrelid::regclass::text, o.conname LOOP
+        pname := format('%s.%s', (SELECT relname FROM pg_class WHERE oid = lk.child), array_to_string(lk.other_cols, ','));
+        IF NOT (tributary._learn_trusted(tbl, lk.child) OR pname = ANY (names)) THEN
+            untrusted := untrusted || lk.child::text;
+            CONTINUE;
+        END IF;
+        found_paths := found_paths || pname;
+        IF NOT tributary._learn_chosen(pname, history) THEN
+            CONTINUE;
+        END IF;
+        ridx := array_position(ref_cols_seen, array_to_string(lk.ref_cols, ','));
+        IF ridx IS NULL THEN
+            refs := refs || tributary._learn_key_text('t', lk.ref_cols);
+            ref_cols_seen := ref_cols_seen || array_to_string(lk.ref_cols, ',');
+            ridx := cardinality(refs);
+        END IF;
+        used_paths := used_paths || pname;
+        IF (SELECT c.relowner FROM pg_class c WHERE c.oid = lk.child) <> own THEN
+            vouched := vouched || pname;
+        END IF;
+        links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
+            'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
+                          tributary._learn_key_text('l', lk.other_cols), lk.child));
+        sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
+        reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, lk.ref_cols), lk.child, lk.cols || lk.other_cols);
+    END LOOP;
+
+    -- Names asked for that do not exist (cut: a name echoed in a message is at most 64 characters).
+    pname := tributary._learn_list(ARRAY(SELECT h FROM unnest(history) h WHERE ltrim(h, '-') <> ALL (found_paths)));
+    IF pname IS NOT NULL THEN
+        RAISE EXCEPTION 'history path % of relation "%" does not exist', pname, tbl USING ERRCODE = '22023',
+            DETAIL = format('The paths found: %s.', coalesce(nullif(array_to_string(found_paths, ', '), ''), 'none')),
+            HINT = 'Paths are named by the foreign key columns they follow (see tributary_train''s documentation); a path through a table of another role is found only when named.';
+    END IF;
+    pname := tributary._learn_list(ARRAY(SELECT h FROM unnest(columns) h WHERE ltrim(h, '-') <> ALL (found_cols)));
+    IF pname IS NOT NULL THEN
+        RAISE EXCEPTION 'feature column % of relation "%" does not exist', pname, tbl USING ERRCODE = '22023',
+            DETAIL = format('The typed columns found: %s.', coalesce(nullif(array_to_string(found_cols, ', '), ''), 'none')),
+            HINT = 'Columns of numbers, dates, booleans and categories of up to 64 values that the caller may read are features.';
+    END IF;
+
+    RETURN jsonb_build_object(
+        'kind', kind,
+        'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t ORDER BY CAST(%1$s AS pg_catalog.text) COLLATE pg_catalog."C"',
+            key_expr, '%TABLEOID%', '%CTID%', as_of_expr,
+            CASE kind WHEN 'number' THEN format('CAST(t.%I AS pg_catalog.float8)', label)
+                      ELSE format('tributary._text(t.%I)', label) END,
+            CASE WHEN cardinality(texts) = 0 THEN 'CAST(NULL AS pg_catalog.text)'
+                 ELSE format('pg_catalog.concat_ws('' '', %s)', array_to_string(texts, ', ')) END,
+            emb_expr,
+            CASE WHEN cardinality(nums) = 0 THEN 'CAST(NULL AS pg_catalog.float8[])'
+                 ELSE format('CAST(%s AS pg_catalog.float8[])', array_to_string(nums, ' OPERATOR(pg_catalog.||) ')) END,
+            CASE WHEN cardinality(cats) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+                 ELSE format('ARRAY[%s]', array_to_string(cats, ', ')) END,
+            CASE WHEN cardinality(groups) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+                 ELSE format('ARRAY[%s]', array_to_string(groups, ', ')) END,
+            CASE WHEN cardinality(refs) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+                 ELSE format('ARRAY[%s]', array_to_string(refs, ', ')) END),
+        'numbers', to_jsonb(num_names),
+        'categories', to_jsonb(cat_names),
+        'parents', to_jsonb(group_names),
+        'links', links,
+        'as_of_sql', as_of_sql,
+        'signature', sig,
+        'paths', to_jsonb(found_paths),
+        'columns', to_jsonb(found_cols),
+        'columns_used', to_jsonb(used_cols),
+        'paths_used', to_jsonb(used_paths),
+        'reads', (SELECT coalesce(jsonb_agg(jsonb_build_array(r.t, r.cols) ORDER BY r.first), '[]')
+                    FROM (SELECT CAST(e ->> 0 AS int8) AS t, jsonb_agg(DISTINCT e -> 1) AS cols, min(o) AS first
+                            FROM jsonb_array_elements(reads) WITH ORDINALITY x(e, o) GROUP BY 1) r),
+        'untrusted', to_jsonb(ARRAY(SELECT DISTINCT u FROM unnest(untrusted) u ORDER BY 1)),
+        'vouched', to_jsonb(vouched));
+END $$;
+COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[], boolean, text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
+
+-- tributary_predict_column(predictor, target [, batch_size]) gains labelled => false
+-- (src/api/learn.rs).
+DROP FUNCTION tributary_predict_column(text, name, integer);
+CREATE FUNCTION "tributary_predict_column"(
+	"predictor" TEXT,
+	"target" name,
+	"batch_size" INT DEFAULT 1000,
+	"labelled" bool DEFAULT false
+) RETURNS bigint
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'tributary_predict_column_predictor_wrapper';
+COMMENT ON FUNCTION tributary_predict_column(text, name, integer, boolean) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL (labelled => true: every row, each as of its own time).';
