@@ -14,7 +14,11 @@ What is checked, on a real cluster with the real model:
   role's predictor is 42501; the catalog itself is closed;
 - bad input: one class, unknown path, unknown column, a changed table, NULLs;
 - cancel and statement_timeout mid-training store nothing;
-- dump and restore keep a predictor, which predicts the same afterwards.
+- dump and restore keep a predictor, which predicts the same afterwards;
+- in time (issue 47): the same rows in another heap order train the same model byte for byte; a
+  column predictions were written to is no feature unless named; a timestamp as_of's month,
+  weekday and hour (UTC) and each path's age and earlier rows are features; labelled => true
+  (the online protocol) predicts every row from strictly earlier labels only.
 """
 import os
 import subprocess
@@ -451,3 +455,90 @@ def test_dump_and_restore_keep_a_predictor(env):
         after = c.execute("SELECT dr.id, p.prediction, p.confidence FROM dr, tributary_predict('dr_p', dr) p "
                           "WHERE dr.id % 50 = 0 ORDER BY dr.id").fetchall()
     assert after == before and len(before) == 16
+
+
+def test_same_rows_in_another_heap_order_give_the_same_model(env):
+    """Determinism (issue 47): the rows are read in key order and category columns are detected
+    over the whole table, so a table whose heap holds the same rows in another order trains the
+    same model, byte for byte; and with labels of another order too (a text category)."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "hp")
+        c.execute("ALTER TABLE hp ADD COLUMN colour text")
+        # A category column whose values start only late in the heap: a sample of the first rows
+        # would call it empty in one order and a category in the other.
+        c.execute("UPDATE hp SET colour = CASE WHEN id % 3 = 0 THEN 'red' ELSE 'blue' END WHERE id > 790")
+        train(c, "'hp_1'", "'hp'", "'kind'", as_of="'day'")
+        # The same rows, the heap reversed (and its pages in another order).
+        c.execute("CREATE TABLE hp_copy AS SELECT * FROM hp ORDER BY id DESC")
+        c.execute("TRUNCATE hp")
+        c.execute("INSERT INTO hp SELECT * FROM hp_copy")
+        assert c.execute("SELECT id FROM hp LIMIT 1").fetchone()[0] == 800
+        train(c, "'hp_2'", "'hp'", "'kind'", as_of="'day'")
+        m = c.execute("SELECT name, model, features FROM tributary._predictors WHERE name IN ('hp_1', 'hp_2') "
+                      "ORDER BY name").fetchall()
+        assert "colour" in m[0][2], m[0][2]
+        assert m[0][2] == m[1][2] and m[0][1] == m[1][1], "another heap order trained another model"
+
+
+def test_prediction_targets_are_no_features_unless_named(env):
+    """A column tributary_predict_column wrote (or a predict job's target) is no feature of a later
+    training on the table; named in columns, it is."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "pt")
+        train(c, "'pt_p'", "'pt'", "'kind'", as_of="'day'")
+        c.execute("UPDATE pt SET kind = NULL WHERE day >= 90")
+        assert c.execute("SELECT tributary_predict_column('pt_p', 'guess')").fetchone()[0] > 0
+        assert c.execute("SELECT outputs FROM tributary._predictors WHERE name = 'pt_p'").fetchone()[0] == ["guess"]
+        train(c, "'pt_q'", "'pt'", "'kind'", as_of="'day'")
+        f = c.execute("SELECT features FROM tributary._predictors WHERE name = 'pt_q'").fetchone()[0]
+        assert not any(x == "guess" or x.startswith("guess:") for x in f), f
+        train(c, "'pt_r'", "'pt'", "'kind'", as_of="'day'", columns="'{guess}'")
+        f = c.execute("SELECT features FROM tributary._predictors WHERE name = 'pt_r'").fetchone()[0]
+        assert "guess" in f, f
+        # Excluding it by name is no error either (it exists).
+        train(c, "'pt_s'", "'pt'", "'kind'", as_of="'day'", columns="'{-guess}'")
+
+
+def test_time_parts_and_path_stats_are_features(env):
+    """A timestamp as_of gives its month, ISO weekday and hour (UTC for timestamptz, whatever the
+    session's TimeZone); each path has the age of its newest label and its earlier rows."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "tp")
+        c.execute("ALTER TABLE tp ADD COLUMN at timestamptz")
+        c.execute("UPDATE tp SET at = timestamptz '2024-01-01 00:00+00' + day * interval '1 day' + (id % 24) * interval '1 hour'")
+        c.execute("SET TimeZone = 'Asia/Tokyo'")
+        train(c, "'tp_p'", "'tp'", "'kind'", as_of="'at'")
+        f = c.execute("SELECT features FROM tributary._predictors WHERE name = 'tp_p'").fetchone()[0]
+        for name in ("at:month", "at:weekday", "at:hour", "person_id:log_age", "person_id:log_rows"):
+            assert name in f, (name, f)
+        c.execute("SET TimeZone = 'America/New_York'")
+        probe = "SELECT evidence FROM tp, tributary_predict('tp_p', tp) WHERE tp.id = 403"
+        e1 = c.execute(probe).fetchone()[0]
+        c.execute("SET TimeZone = 'UTC'")
+        assert c.execute(probe).fetchone()[0] == e1, "the session's TimeZone changed a feature"
+        c.execute("RESET TimeZone")
+
+
+def test_online_protocol_predicts_labelled_rows_as_of_their_time(env):
+    """labelled => true writes every row's prediction, each from the labels strictly earlier:
+    a row's own label and later labels change nothing of it; the rows with a NULL label get
+    what they get without it."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "ol")
+        train(c, "'ol_p'", "'ol'", "'kind'", as_of="'day'", split_at="'80'", algorithm="'gbdt'")
+        c.execute("UPDATE ol SET kind = NULL WHERE id % 50 = 0")
+        n = c.execute("SELECT tributary_predict_column('ol_p', 'guess', labelled => true)").fetchone()[0]
+        assert n == 800
+        online = dict(c.execute("SELECT id, guess FROM ol").fetchall())
+        acc = c.execute("SELECT avg((guess = kind)::int) FROM ol WHERE day >= 80").fetchone()[0]
+        assert acc >= 0.7, acc
+        # The labels of day 90 and later changed: the predictions of the earlier rows stay.
+        c.execute("UPDATE ol SET kind = 'zz' WHERE day >= 90 AND kind IS NOT NULL")
+        c.execute("SELECT tributary_predict_column('ol_p', 'guess', labelled => true)")
+        again = dict(c.execute("SELECT id, guess FROM ol").fetchall())
+        day = dict(c.execute("SELECT id, day FROM ol").fetchall())
+        assert all(again[i] == online[i] for i in online if day[i] < 90)
+        # Without labelled: only the NULL labels, the same values.
+        c.execute("UPDATE ol SET guess = NULL")
+        assert c.execute("SELECT tributary_predict_column('ol_p', 'guess')").fetchone()[0] == 16
+        assert all(g == again[i] for i, g in c.execute("SELECT id, guess FROM ol WHERE kind IS NULL"))
