@@ -14,6 +14,22 @@ ALTER TABLE tributary._predictors ADD COLUMN outputs name[] NOT NULL DEFAULT '{}
 
 DROP FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[]);
 
+-- `alias`.col, ... of `cols` (alias may be a placeholder such as %ROW%).
+CREATE FUNCTION tributary._learn_cols(alias text, cols name[]) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT string_agg(format('%s.%I', alias, c), ', ' ORDER BY o) FROM unnest(cols) WITH ORDINALITY u(c, o)
+$$;
+
+-- A condition "the columns `lhs` (an expression list of `n` columns) are among the rows of
+-- `subquery`", in the form an index answers: one column as = ANY (ARRAY(subquery)) (an index
+-- scan of the array's values, where IN (subquery) may become a hash join over a scan), several
+-- as a row IN (subquery).
+CREATE FUNCTION tributary._learn_in(lhs text, n integer, subquery text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN n = 1 THEN format('%s = ANY (ARRAY(%s))', lhs, subquery)
+                ELSE format('(%s) IN (%s)', lhs, subquery) END
+$$;
+
 -- The plan of a predictor over column `label` of `tbl`: what tributary_train and the
 -- prediction functions read, as jsonb (src/service/learn.rs reads it):
 --   kind            'category' or 'number' (tributary.label_kind)
@@ -25,8 +41,14 @@ DROP FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], 
 --   numbers, categories  the names of the typed features in rows_sql's arrays
 --   parents         the names of the parent, two- and three-hop paths, in the order of rows_sql's
 --                   groups
---   links           [{name, ref, sql}]: sql gives (referenced key text, group text) pairs of one
---                   link path, ref = the index into rows_sql's referenced keys
+--   links           [{name, ref, sql, related_sql}]: sql gives (referenced key text, group text)
+--                   pairs of one link path, ref = the index into rows_sql's referenced keys;
+--                   related_sql those of the groups the record %ROW% is linked to
+--   related_sql     the rows one record (%ROW%) is predicted from, for %SOURCE%: its own row in
+--                   the table and, strictly earlier, the rows sharing a group with it through
+--                   each path and its %K5% nearest labelled rows, each found through an index
+--                   (of the key, a foreign key, a link table's columns, the embedding); NULL
+--                   without a one-column primary key
 --   as_of_sql       a statement that turns $1 (text) into the as_of float8, for split_at
 --   signature       [[table, column, type], ...] of every column read
 --   paths, columns  every history path and feature column found (chosen or not)
@@ -114,6 +136,9 @@ DECLARE
     ptx text[];
     emb_expr text := 'CAST(NULL AS pg_catalog.float4[])';
     ridx integer;
+    related text[] := '{}';
+    pk name[];
+    cond text;
 BEGIN
     -- A table (its rows are read with tableoid and ctid, and written back by them).
     IF rk IS NOT NULL AND rk NOT IN ('r', 'p', 'm', 'f') THEN
@@ -236,6 +261,7 @@ BEGIN
         found_paths := found_paths || pname;
         IF tributary._learn_chosen(pname, history) THEN
             groups := groups || tributary._learn_key_text('t', fk.cols);
+            related := related || format('(%s) = (%s)', tributary._learn_cols('x', fk.cols), tributary._learn_cols('%ROW%', fk.cols));
             group_names := group_names || pname;
             used_paths := used_paths || pname;
             reads := tributary._learn_reads(reads, tbl, fk.cols);
@@ -314,6 +340,12 @@ BEGIN
                         tributary._learn_key_text('p', fk2.cols), fk.ref,
                         (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
                         (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    -- Rows whose parent has the grandparent of the record's parent.
+                    related := related || tributary._learn_in(tributary._learn_cols('x', fk.cols), cardinality(fk.cols),
+                        format('SELECT %s FROM %s p WHERE (%s) = (SELECT %s FROM %s q WHERE (%s) = (%s))',
+                            tributary._learn_cols('p', fk.ref_cols), fk.ref, tributary._learn_cols('p', fk2.cols),
+                            tributary._learn_cols('q', fk2.cols), fk.ref, tributary._learn_cols('q', fk.ref_cols),
+                            tributary._learn_cols('%ROW%', fk.cols)));
                     group_names := group_names || path2;
                     used_paths := used_paths || path2;
                     IF NOT p_own THEN
@@ -341,6 +373,14 @@ BEGIN
                         (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk2.cols) WITH ORDINALITY u(c, o)),
                         (SELECT string_agg(format('p.%I', c), ', ' ORDER BY o) FROM unnest(fk.ref_cols) WITH ORDINALITY u(c, o)),
                         (SELECT string_agg(format('t.%I', c), ', ' ORDER BY o) FROM unnest(fk.cols) WITH ORDINALITY u(c, o)));
+                    related := related || tributary._learn_in(tributary._learn_cols('x', fk.cols), cardinality(fk.cols),
+                        format('SELECT %s FROM %s p JOIN %s g ON (%s) = (%s) WHERE (%s) = (SELECT %s FROM %s q JOIN %s h ON (%s) = (%s) WHERE (%s) = (%s))',
+                            tributary._learn_cols('p', fk.ref_cols), fk.ref, fk2.ref,
+                            tributary._learn_cols('g', fk2.ref_cols), tributary._learn_cols('p', fk2.cols),
+                            tributary._learn_cols('g', fk3.cols),
+                            tributary._learn_cols('h', fk3.cols), fk.ref, fk2.ref,
+                            tributary._learn_cols('h', fk2.ref_cols), tributary._learn_cols('q', fk2.cols),
+                            tributary._learn_cols('q', fk.ref_cols), tributary._learn_cols('%ROW%', fk.cols)));
                     group_names := group_names || (path2 || '.' || array_to_string(fk3.cols, ','));
                     used_paths := used_paths || (path2 || '.' || array_to_string(fk3.cols, ','));
                     IF NOT (p_own AND g_own) THEN
@@ -424,9 +464,17 @@ BEGIN
             IF (SELECT c.relowner FROM pg_class c WHERE c.oid = lk.child) <> own THEN
                 vouched := vouched || pname;
             END IF;
+            -- The record's parent's groups in the link table; the rows whose parents share one.
+            cond := format('(%s) IN (SELECT %s FROM %s l2 WHERE (%s) = (%s))', tributary._learn_cols('l', lk.other_cols),
+                           tributary._learn_cols('l2', lk.other_cols), lk.child, tributary._learn_cols('l2', lk.cols),
+                           tributary._learn_cols('%ROW%', fk.cols));
+            related := related || tributary._learn_in(tributary._learn_cols('x', fk.cols), cardinality(fk.cols),
+                format('SELECT %s FROM %s l WHERE %s', tributary._learn_cols('l', lk.cols), lk.child, cond));
             links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
                 'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
-                              tributary._learn_key_text('l', lk.other_cols), lk.child));
+                              tributary._learn_key_text('l', lk.other_cols), lk.child),
+                'related_sql', format('SELECT %s, %s FROM %s l WHERE %s', tributary._learn_key_text('l', lk.cols),
+                              tributary._learn_key_text('l', lk.other_cols), lk.child, cond));
             sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
             reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, fk.cols), lk.child, lk.cols || lk.other_cols);
         END LOOP;
@@ -463,9 +511,17 @@ BEGIN
         IF (SELECT c.relowner FROM pg_class c WHERE c.oid = lk.child) <> own THEN
             vouched := vouched || pname;
         END IF;
+        -- The record's groups in the link table; the rows linked to one of them.
+        cond := format('(%s) IN (SELECT %s FROM %s l2 WHERE (%s) = (%s))', tributary._learn_cols('l', lk.other_cols),
+                       tributary._learn_cols('l2', lk.other_cols), lk.child, tributary._learn_cols('l2', lk.cols),
+                       tributary._learn_cols('%ROW%', lk.ref_cols));
+        related := related || tributary._learn_in(tributary._learn_cols('x', lk.ref_cols), cardinality(lk.ref_cols),
+            format('SELECT %s FROM %s l WHERE %s', tributary._learn_cols('l', lk.cols), lk.child, cond));
         links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
             'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
-                          tributary._learn_key_text('l', lk.other_cols), lk.child));
+                          tributary._learn_key_text('l', lk.other_cols), lk.child),
+            'related_sql', format('SELECT %s, %s FROM %s l WHERE %s', tributary._learn_key_text('l', lk.cols),
+                          tributary._learn_key_text('l', lk.other_cols), lk.child, cond));
         sig := sig || jsonb_build_array(jsonb_build_array(lk.child::text, array_to_string(lk.cols, ','), 'link'));
         reads := tributary._learn_reads(tributary._learn_reads(reads, tbl, lk.ref_cols), lk.child, lk.cols || lk.other_cols);
     END LOOP;
@@ -484,7 +540,27 @@ BEGIN
             HINT = 'Columns of numbers, dates, booleans and categories of up to 64 values that the caller may read are features.';
     END IF;
 
+    -- One row's related rows (tributary_predict): the table's rows with the record's key (its
+    -- own row: its link groups), and, strictly earlier than it (when as_of), the rows related to
+    -- it through each path and the 5k labelled rows nearest to its embedding (%K5%; an HNSW or
+    -- IVFFlat index answers the ORDER BY), all through indexes on the key, the foreign keys and
+    -- the link tables' columns. Only for a table with a one-column primary key (NULL otherwise:
+    -- the prediction reads the whole table).
+    pk := (SELECT array_agg(pa.attname ORDER BY k.o) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, o)
+             JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = tbl AND i.indisprimary);
+    IF embedding IS NOT NULL THEN
+        related := related || format('x.%I = ANY (ARRAY(SELECT y.%I FROM %s y WHERE y.%I IS NOT NULL AND y.%I IS NOT NULL%s ORDER BY y.%I OPERATOR(%s.<=>) %s.%I LIMIT %%K5%%))',
+            pk[1], pk[1], tbl, label, embedding,
+            CASE WHEN as_of IS NOT NULL THEN format(' AND y.%I < %%ROW%%.%I', as_of, as_of) ELSE '' END,
+            embedding, vec, '%ROW%', embedding);
+    END IF;
+
     RETURN jsonb_build_object(
+        'related_sql', CASE WHEN cardinality(pk) = 1 THEN
+            format('(SELECT t.* FROM %s t WHERE t.%I = ANY (ARRAY(SELECT %%ROW%%.%I%s)))', tbl, pk[1], pk[1],
+                   (SELECT string_agg(format(' UNION SELECT x.%I FROM %s x WHERE %s(%s)', pk[1], tbl,
+                                             CASE WHEN as_of IS NOT NULL THEN format('x.%I < %%ROW%%.%I AND ', as_of, as_of) ELSE '' END, r), '' ORDER BY o)
+                      FROM unnest(related) WITH ORDINALITY u(r, o))) END,
         'kind', kind,
         'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t ORDER BY CAST(%1$s AS pg_catalog.text) COLLATE pg_catalog."C"',
             key_expr, '%TABLEOID%', '%CTID%', as_of_expr,
@@ -517,6 +593,8 @@ BEGIN
         'untrusted', to_jsonb(ARRAY(SELECT DISTINCT u FROM unnest(untrusted) u ORDER BY 1)),
         'vouched', to_jsonb(vouched));
 END $$;
+COMMENT ON FUNCTION tributary._learn_cols(text, name[]) IS 'Internal: a list of an alias''s columns.';
+COMMENT ON FUNCTION tributary._learn_in(text, integer, text) IS 'Internal: columns among the rows of a subquery, in a form an index answers.';
 COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[], boolean, text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
 
 -- tributary_predict_column(predictor, target [, batch_size]) gains labelled => false

@@ -33,11 +33,18 @@ pub struct LinkSpec {
     #[serde(rename = "ref")]
     pub ref_idx: usize,
     pub sql: String,
+    /// The pairs of the groups one record (`%ROW%`) is linked to (0.12.0's plan; absent before).
+    #[serde(default)]
+    pub related_sql: Option<String>,
 }
 
 /// What `tributary._learn_spec` returns (sql/learn.sql documents each field).
 #[derive(Debug, Deserialize)]
 pub struct Spec {
+    /// One record's related rows (`%ROW%`: the record; `%K5%`: the k-NN candidates), through
+    /// indexes; None for a table without a one-column primary key, or a plan before 0.12.0.
+    #[serde(default)]
+    pub related_sql: Option<String>,
     pub kind: String,
     pub rows_sql: String,
     pub numbers: Vec<String>,
@@ -160,12 +167,19 @@ pub fn split_value(spec: &Spec, split_at: &str) -> Result<f64> {
 
 /// Where the rows come from: the whole table, or one record: a datum of the table's row type (or
 /// of one of its partitions'), read by column name as it is (no text or JSON round trip, so no
-/// cast, input function or domain CHECK runs on it).
+/// cast, input function or domain CHECK runs on it), or the rows of the table related to such a
+/// record (`Spec::related_sql`: its own row, and those strictly earlier that share a group with
+/// it or are among its `k5` nearest labelled rows), with the link pairs of its groups only.
 pub enum Source<'a> {
     Table(&'a str),
     Record {
         datum: pg_sys::Datum,
         typoid: pg_sys::Oid,
+    },
+    Related {
+        datum: pg_sys::Datum,
+        typoid: pg_sys::Oid,
+        k5: usize,
     },
 }
 
@@ -200,6 +214,11 @@ impl Hasher for Fnv {
     }
 }
 
+/// A related rows' query of the plan with the record (`$1`) and the k-NN candidates' count.
+fn related_rows(sql: &str, k5: usize) -> String {
+    sql.replace("%ROW%", "($1)").replace("%K5%", &k5.to_string())
+}
+
 fn group_id(path: usize, text: &str) -> u64 {
     let mut h = Fnv::default();
     path.hash(&mut h);
@@ -228,6 +247,18 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                 .replace("%SOURCE%", "(SELECT ($1).*)"),
             Some((*datum, *typoid)),
         ),
+        Source::Related { datum, typoid, k5 } => {
+            let related = spec.related_sql.as_deref().ok_or_else(|| {
+                TributaryError::Internal("the plan has no related rows' query".into())
+            })?;
+            (
+                spec.rows_sql
+                    .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
+                    .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)")
+                    .replace("%SOURCE%", &related_rows(related, *k5)),
+                Some((*datum, *typoid)),
+            )
+        }
     };
     let number = spec.kind == "number";
     let mut keys = Vec::new();
@@ -384,7 +415,7 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
     // Link paths: (referenced key, group) pairs from each link table, as the caller.
     let n_parents = spec.parents.len();
     let links: &[LinkSpec] = match source {
-        Source::Table(_) => &spec.links,
+        Source::Table(_) | Source::Related { .. } => &spec.links,
         // A record's link groups are its row's in the table (api/learn.rs).
         Source::Record { .. } => &[],
     };
@@ -393,9 +424,23 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
         let Some(map) = refs.get(link.ref_idx) else {
             continue;
         };
+        let (link_sql, link_args) = match (&source, &link.related_sql) {
+            (Source::Related { .. }, Some(r)) => (related_rows(r, 0), record),
+            (Source::Related { .. }, None) => {
+                return Err(TributaryError::Internal(
+                    "the plan has no related link pairs' query".into(),
+                ))
+            }
+            _ => (link.sql.clone(), None),
+        };
         pinned(|| -> Result<()> {
             Spi::connect(|client| -> Result<()> {
-                let mut cursor = client.open_cursor(&link.sql, &[]);
+                let args: Vec<pgrx::datum::DatumWithOid> = link_args
+                    .into_iter()
+                    // SAFETY: as for the rows' query: the call's non-NULL argument.
+                    .map(|(d, t)| unsafe { pgrx::datum::DatumWithOid::new(d, t) })
+                    .collect();
+                let mut cursor = client.open_cursor(&link_sql, &args);
                 loop {
                     ctl.check_raise();
                     let rows = cursor.fetch(10_000).map_err(spi_error)?;

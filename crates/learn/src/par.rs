@@ -22,7 +22,8 @@ impl Shared {
     }
 }
 
-/// Runs `f` on a worker thread; the calling thread checks `ctl` every 20 ms and reports progress
+/// Runs `f` on a worker thread; the calling thread checks `ctl` every 20 ms (and wakes when `f`
+/// returns) and reports progress
 /// (`stage`, done, `total`) every 0.5 s. On a failed check the stop flag is set, `f` is waited
 /// for (it must poll `Shared::stopped` at least every ~0.2 s) and the check's error returned.
 /// A panic in `f` becomes `Error::Model`.
@@ -37,14 +38,24 @@ pub(crate) fn polled<R: Send>(
         stop: AtomicBool::new(false),
         done: AtomicU64::new(0),
     };
+    let finished = AtomicBool::new(false);
+    let caller = std::thread::current();
     std::thread::scope(|s| {
         let sh = &shared;
-        let h = s.spawn(move || f(sh));
+        let fin = &finished;
+        // The worker wakes the caller when it is done: a call of a millisecond takes one, not
+        // the 20 ms of a polling interval (one row's prediction).
+        let h = s.spawn(move || {
+            let r = f(sh);
+            fin.store(true, Ordering::Release);
+            caller.unpark();
+            r
+        });
         let mut err = None;
         let mut last = Instant::now();
         ctl.progress(stage, 0, total);
-        while !h.is_finished() {
-            std::thread::sleep(Duration::from_millis(20));
+        while !finished.load(Ordering::Acquire) && !h.is_finished() {
+            std::thread::park_timeout(Duration::from_millis(20));
             if err.is_none() {
                 if let Err(e) = ctl.check() {
                     shared.stop.store(true, Ordering::Relaxed);

@@ -1,5 +1,7 @@
-//! One row's prediction by a predictor (`tributary._predict_record`, in `api/learn.rs`): the
-//! table read once per statement ([`TableCache`]), the row appended to it, predicted, taken out.
+//! One row's prediction by a predictor (`tributary._predict_record`, in `api/learn.rs`): the rows
+//! related to it read through indexes ([`predict_related`]), or, for a table without a
+//! one-column primary key, the table read once per statement ([`TableCache`]); the row appended
+//! to them, predicted, taken out.
 
 use pgrx::prelude::*;
 use tributary_learn as learn;
@@ -10,11 +12,13 @@ use crate::service::learn::{
     learn_error, load, raise_with, spec_of, stored, Loaded, PgControl, Source, Spec,
 };
 
-pub(super) fn predict_record(
-    name: &str,
-    row: pgrx::AnyElement,
-) -> Result<(Option<String>, Option<f64>, Option<pgrx::JsonB>)> {
+type Predicted = (Option<String>, Option<f64>, Option<pgrx::JsonB>);
+
+pub(super) fn predict_record(name: &str, row: pgrx::AnyElement) -> Result<Predicted> {
     let ctl = PgControl::new("tributary_predict");
+    if let Some(done) = predict_related(name, &row, &ctl)? {
+        return Ok(done);
+    }
     let key = TableCache::key(name);
     let cached = TABLE_CACHE.with(|c| c.borrow_mut().take().filter(|t| t.key == key));
     let mut cache = match cached {
@@ -25,15 +29,7 @@ pub(super) fn predict_record(
             let table = sql_name(oid)
                 .ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
             let plan = spec_of(name, &p)?;
-            // The row types a row may have: the table's, its partitions'.
-            let types = crate::pg::spi::select_one::<Vec<pg_sys::Oid>>(
-                "SELECT pg_catalog.array_agg(c.reltype) FROM pg_catalog.pg_class c \
-                  WHERE c.oid OPERATOR(pg_catalog.=) $1 \
-                     OR c.oid OPERATOR(pg_catalog.=) ANY (SELECT t.relid FROM pg_catalog.pg_partition_tree($1) t)",
-                &[oid.into()],
-            )
-            .map_err(spi_error)?
-            .unwrap_or_default();
+            let types = row_types(oid)?;
             if !types.contains(&row.oid()) {
                 wrong_row(oid, row.oid());
             }
@@ -95,18 +91,141 @@ pub(super) fn predict_record(
     };
     undo.apply(all);
     TableCache::keep(cache);
-    let preds = preds.map_err(|e| learn_error(e, &ctl))?;
+    Ok(answer(preds.map_err(|e| learn_error(e, &ctl))?, &evidence_keys))
+}
+
+/// The first prediction of `preds` as `tributary_predict` returns it; `evidence_keys`: the keys
+/// of its neighbours, in order.
+fn answer(preds: Vec<learn::Prediction>, evidence_keys: &[String]) -> Predicted {
     let Some(pred) = preds.into_iter().next() else {
-        return Ok((None, None, None));
+        return (None, None, None);
     };
     let evidence = serde_json::json!({
-        "neighbours": pred.neighbours.iter().zip(&evidence_keys).map(|((_, s), k)| serde_json::json!({
+        "neighbours": pred.neighbours.iter().zip(evidence_keys).map(|((_, s), k)| serde_json::json!({
             "key": serde_json::from_str::<serde_json::Value>(k).unwrap_or(serde_json::Value::Null),
             "similarity": s})).collect::<Vec<_>>(),
         "history": pred.history.iter().map(|(p, c)| (p.clone(), serde_json::json!(c))).collect::<serde_json::Map<_, _>>(),
         "features": pred.top_features.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     });
-    Ok((pred.label, pred.confidence, Some(pgrx::JsonB(evidence))))
+    (pred.label, pred.confidence, Some(pgrx::JsonB(evidence)))
+}
+
+/// A predictor's plan and model as one backend's last call of it had them, for its next calls
+/// while the predictor (its version), the table (its pg_class row: columns, privileges,
+/// row-level security switched on or off) and the user are the same.
+struct PlanCache {
+    key: (String, u32, String),
+    oid: pg_sys::Oid,
+    types: Vec<pg_sys::Oid>,
+    plan: Spec,
+    model: Option<learn::Model>,
+}
+
+thread_local! {
+    /// By predictor name; at most [`PLAN_CACHE_SIZE`] predictors, the oldest dropped first.
+    static PLAN_CACHE: std::cell::RefCell<Vec<(String, PlanCache)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+const PLAN_CACHE_SIZE: usize = 8;
+
+/// One row's prediction from the rows related to it alone (`Spec::related_sql`: its own row in
+/// the table, and those strictly earlier that share a group with it or are among the 5k
+/// labelled rows nearest to its embedding, read through indexes), with the plan and the model
+/// kept per backend ([`PlanCache`]): what makes one row a few milliseconds on a table of any
+/// size. The features are those of the whole table's (the same history counts; the k-NN votes
+/// exact unless an approximate index answers the nearest rows' query). None when the plan has
+/// no related rows' query (no one-column primary key): the caller reads the whole table.
+fn predict_related(name: &str, row: &pgrx::AnyElement, ctl: &PgControl) -> Result<Option<Predicted>> {
+    let head = crate::service::learn::stored_head(name)?;
+    let oid = RegClass(head.tbl).lock()?;
+    let table_version = crate::pg::spi::select_one::<String>(
+        "SELECT CAST(xmin AS pg_catalog.text) FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) $1",
+        &[oid.into()],
+    )
+    .map_err(spi_error)?
+    .unwrap_or_default();
+    // SAFETY: the current user, in a transaction.
+    let user = unsafe { pg_sys::GetUserId() }.to_u32();
+    let key = (head.version.clone(), user, table_version);
+    let cached = PLAN_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.iter()
+            .position(|(n, e)| n == name && e.key == key && e.oid == oid)
+            .map(|i| c.remove(i).1)
+    });
+    let entry = match cached {
+        Some(e) => e,
+        None => {
+            let plan = spec_of(name, &head)?;
+            let (model, types) = if plan.related_sql.is_some() {
+                let bytes = stored(name)?.model;
+                let model = learn::Model::from_bytes(&bytes).map_err(|e| learn_error(e, ctl))?;
+                (Some(model), row_types(oid)?)
+            } else {
+                (None, Vec::new())
+            };
+            PlanCache {
+                key,
+                oid,
+                types,
+                plan,
+                model,
+            }
+        }
+    };
+    let result = (|| -> Result<Option<Predicted>> {
+        let Some(model) = &entry.model else {
+            return Ok(None);
+        };
+        if !entry.types.contains(&row.oid()) {
+            wrong_row(oid, row.oid());
+        }
+        let record = Source::Record {
+            datum: row.datum(),
+            typoid: row.oid(),
+        };
+        let one = load(&entry.plan, record, ctl)?;
+        let Some(key) = one.keys.first().cloned() else {
+            return Ok(Some((None, None, None)));
+        };
+        if one.as_of_null[0] {
+            return Ok(Some((None, None, None)));
+        }
+        let related = Source::Related {
+            datum: row.datum(),
+            typoid: row.oid(),
+            k5: 5 * head.options.k.max(1),
+        };
+        let mut all = load(&entry.plan, related, ctl)?;
+        let same = all.keys.iter().position(|k| *k == key);
+        let target = all.keys.len() as u32;
+        append(&mut all, one, same);
+        let preds = learn::predict(model, &all.ds, &[target], ctl).map_err(|e| learn_error(e, ctl))?;
+        let keys: Vec<String> = preds
+            .iter()
+            .flat_map(|p| p.neighbours.iter().map(|(i, _)| all.keys[*i as usize].clone()))
+            .collect();
+        Ok(Some(answer(preds, &keys)))
+    })();
+    PLAN_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= PLAN_CACHE_SIZE {
+            c.remove(0);
+        }
+        c.push((name.to_string(), entry));
+    });
+    result
+}
+
+/// The row types a row of table `oid` may have: the table's, its partitions'.
+fn row_types(oid: pg_sys::Oid) -> Result<Vec<pg_sys::Oid>> {
+    Ok(crate::pg::spi::select_one::<Vec<pg_sys::Oid>>(
+        "SELECT pg_catalog.array_agg(c.reltype) FROM pg_catalog.pg_class c \
+          WHERE c.oid OPERATOR(pg_catalog.=) $1 \
+             OR c.oid OPERATOR(pg_catalog.=) ANY (SELECT t.relid FROM pg_catalog.pg_partition_tree($1) t)",
+        &[oid.into()],
+    )
+    .map_err(spi_error)?
+    .unwrap_or_default())
 }
 
 /// The rows of a predictor's table as one statement's first `tributary_predict` call read them,

@@ -42,6 +42,9 @@ pub struct Stored {
     pub signature: serde_json::Value,
     pub features: Vec<String>,
     pub model: Vec<u8>,
+    /// When it was trained and on what (epoch seconds and the data digest): a new version at
+    /// every training.
+    pub version: String,
 }
 
 /// The owner of predictor `name`, if it exists (read as the extension's owner).
@@ -83,16 +86,27 @@ pub fn check_owner(name: &str) -> Result<()> {
 /// every row and column it was trained on (see the module's comment; 42501 otherwise, DETAIL:
 /// why; 42704 unknown name).
 pub fn stored(name: &str) -> Result<Stored> {
+    stored_with(name, true)
+}
+
+/// [`stored`] without the model's bytes (`model` empty): the checks, the table and the version
+/// of a predictor whose model a backend may hold already.
+pub fn stored_head(name: &str) -> Result<Stored> {
+    stored_with(name, false)
+}
+
+fn stored_with(name: &str, with_model: bool) -> Result<Stored> {
+    let sql = format!(
+        "SELECT CAST(owner AS pg_catalog.oid), CAST(tbl AS pg_catalog.oid), kind, options, signature, features, {}, \
+                CAST(read_tables AS pg_catalog.oid[]), read_columns, \
+                CAST(pg_catalog.date_part('epoch', trained_at) AS pg_catalog.text) OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) data_digest \
+           FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
+        if with_model { "model" } else { "CAST(NULL AS pg_catalog.bytea)" }
+    );
     let row = as_role(extension_owner(), || {
         pinned(|| {
             Spi::connect(|client| {
-                let t = client.select(
-                    "SELECT CAST(owner AS pg_catalog.oid), CAST(tbl AS pg_catalog.oid), kind, options, signature, features, model, \
-                            CAST(read_tables AS pg_catalog.oid[]), read_columns \
-                       FROM tributary._predictors WHERE name OPERATOR(pg_catalog.=) $1",
-                    Some(1),
-                    &[name.into()],
-                )?;
+                let t = client.select(&sql, Some(1), &[name.into()])?;
                 if t.is_empty() {
                     return Ok(None);
                 }
@@ -107,12 +121,14 @@ pub fn stored(name: &str) -> Result<Stored> {
                     r.get::<Vec<u8>>(7)?.unwrap_or_default(),
                     r.get::<Vec<pg_sys::Oid>>(8)?,
                     r.get::<pgrx::JsonB>(9)?,
+                    r.get::<String>(10)?.unwrap_or_default(),
                 )))
             })
         })
     })
     .map_err(spi_error)?;
-    let Some((owner, tbl, kind, options, signature, features, model, tables, columns)) = row else {
+    let Some((owner, tbl, kind, options, signature, features, model, tables, columns, version)) = row
+    else {
         return Err(TributaryError::UnknownPredictor(short(name)));
     };
     let options: Options = serde_json::from_value(options)
@@ -148,6 +164,7 @@ pub fn stored(name: &str) -> Result<Stored> {
         signature,
         features,
         model,
+        version,
     })
 }
 
