@@ -44,6 +44,7 @@ $$;
 --   links           [{name, ref, sql, related_sql}]: sql gives (referenced key text, group text)
 --                   pairs of one link path, ref = the index into rows_sql's referenced keys;
 --                   related_sql those of the groups the record %ROW% is linked to
+--   missing_indexes CREATE INDEX statements of the indexes related_sql wants that are missing
 --   related_sql     the rows one record (%ROW%) is predicted from, for %SOURCE%: its own row in
 --                   the table and, strictly earlier, the rows sharing a group with it through
 --                   each path and its %K5% nearest labelled rows, each found through an index
@@ -139,6 +140,7 @@ DECLARE
     related text[] := '{}';
     pk name[];
     cond text;
+    wanted jsonb := '[]';
 BEGIN
     -- A table (its rows are read with tableoid and ctid, and written back by them).
     IF rk IS NOT NULL AND rk NOT IN ('r', 'p', 'm', 'f') THEN
@@ -262,6 +264,7 @@ BEGIN
         IF tributary._learn_chosen(pname, history) THEN
             groups := groups || tributary._learn_key_text('t', fk.cols);
             related := related || format('(%s) = (%s)', tributary._learn_cols('x', fk.cols), tributary._learn_cols('%ROW%', fk.cols));
+            wanted := wanted || jsonb_build_array(jsonb_build_array(tbl::oid, to_jsonb(CASE WHEN as_of IS NULL THEN fk.cols ELSE fk.cols || as_of END)));
             group_names := group_names || pname;
             used_paths := used_paths || pname;
             reads := tributary._learn_reads(reads, tbl, fk.cols);
@@ -346,6 +349,8 @@ BEGIN
                             tributary._learn_cols('p', fk.ref_cols), fk.ref, tributary._learn_cols('p', fk2.cols),
                             tributary._learn_cols('q', fk2.cols), fk.ref, tributary._learn_cols('q', fk.ref_cols),
                             tributary._learn_cols('%ROW%', fk.cols)));
+                    wanted := wanted || jsonb_build_array(jsonb_build_array(tbl::oid, to_jsonb(fk.cols)),
+                                                          jsonb_build_array(fk.ref::oid, to_jsonb(fk2.cols)));
                     group_names := group_names || path2;
                     used_paths := used_paths || path2;
                     IF NOT p_own THEN
@@ -381,6 +386,9 @@ BEGIN
                             tributary._learn_cols('h', fk3.cols), fk.ref, fk2.ref,
                             tributary._learn_cols('h', fk2.ref_cols), tributary._learn_cols('q', fk2.cols),
                             tributary._learn_cols('q', fk.ref_cols), tributary._learn_cols('%ROW%', fk.cols)));
+                    wanted := wanted || jsonb_build_array(jsonb_build_array(tbl::oid, to_jsonb(fk.cols)),
+                                                          jsonb_build_array(fk.ref::oid, to_jsonb(fk2.cols)),
+                                                          jsonb_build_array(fk2.ref::oid, to_jsonb(fk3.cols)));
                     group_names := group_names || (path2 || '.' || array_to_string(fk3.cols, ','));
                     used_paths := used_paths || (path2 || '.' || array_to_string(fk3.cols, ','));
                     IF NOT (p_own AND g_own) THEN
@@ -470,6 +478,9 @@ BEGIN
                            tributary._learn_cols('%ROW%', fk.cols));
             related := related || tributary._learn_in(tributary._learn_cols('x', fk.cols), cardinality(fk.cols),
                 format('SELECT %s FROM %s l WHERE %s', tributary._learn_cols('l', lk.cols), lk.child, cond));
+            wanted := wanted || jsonb_build_array(jsonb_build_array(tbl::oid, to_jsonb(fk.cols)),
+                                                  jsonb_build_array(lk.child::oid, to_jsonb(lk.cols)),
+                                                  jsonb_build_array(lk.child::oid, to_jsonb(lk.other_cols)));
             links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
                 'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
                               tributary._learn_key_text('l', lk.other_cols), lk.child),
@@ -517,6 +528,8 @@ BEGIN
                        tributary._learn_cols('%ROW%', lk.ref_cols));
         related := related || tributary._learn_in(tributary._learn_cols('x', lk.ref_cols), cardinality(lk.ref_cols),
             format('SELECT %s FROM %s l WHERE %s', tributary._learn_cols('l', lk.cols), lk.child, cond));
+        wanted := wanted || jsonb_build_array(jsonb_build_array(lk.child::oid, to_jsonb(lk.cols)),
+                                              jsonb_build_array(lk.child::oid, to_jsonb(lk.other_cols)));
         links := links || jsonb_build_object('name', pname, 'ref', ridx - 1,
             'sql', format('SELECT %s, %s FROM %s l', tributary._learn_key_text('l', lk.cols),
                           tributary._learn_key_text('l', lk.other_cols), lk.child),
@@ -556,6 +569,30 @@ BEGIN
     END IF;
 
     RETURN jsonb_build_object(
+        -- The indexes one row's prediction wants and the table has none of: an index whose
+        -- leading columns are those (a foreign key, with as_of after it for the row's own parents;
+        -- a link table's two sides), as CREATE INDEX statements; the embedding's wants an
+        -- approximate index (HNSW) with the cosine operator class.
+        'missing_indexes', to_jsonb(ARRAY(
+            SELECT DISTINCT format('CREATE INDEX ON %s (%s)', CAST(CAST(w ->> 0 AS pg_catalog.oid) AS regclass),
+                                   (SELECT string_agg(quote_ident(c), ', ' ORDER BY o) FROM jsonb_array_elements_text(w -> 1) WITH ORDINALITY j(c, o)))
+              FROM jsonb_array_elements(wanted) w
+             WHERE NOT EXISTS (
+                   SELECT 1 FROM pg_index i
+                    WHERE i.indrelid = CAST(w ->> 0 AS pg_catalog.oid)
+                      AND i.indnkeyatts >= 1
+                      AND (SELECT bool_and(i.indkey[j.o - 1] = ia.attnum)
+                             FROM jsonb_array_elements_text(w -> 1) WITH ORDINALITY j(c, o)
+                             JOIN pg_attribute ia ON ia.attrelid = i.indrelid AND ia.attname = j.c
+                            WHERE j.o <= greatest(1, jsonb_array_length(w -> 1) - CASE WHEN as_of IS NOT NULL AND w -> 1 ->> -1 = as_of THEN 1 ELSE 0 END)))
+             UNION ALL
+            SELECT format('CREATE INDEX ON %s USING hnsw (%I %s.%s)', tbl, embedding, vec,
+                          CASE WHEN (tributary._learn_column_type(tbl, embedding)).sql_type LIKE 'halfvec%' THEN 'halfvec_cosine_ops'
+                               ELSE 'vector_cosine_ops' END)
+             WHERE embedding IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+                                 JOIN pg_attribute ia ON ia.attrelid = i.indrelid AND ia.attnum = i.indkey[0]
+                                WHERE i.indrelid = tbl AND ia.attname = embedding AND am.amname IN ('hnsw', 'ivfflat')))),
         'related_sql', CASE WHEN cardinality(pk) = 1 THEN
             format('(SELECT t.* FROM %s t WHERE t.%I = ANY (ARRAY(SELECT %%ROW%%.%I%s)))', tbl, pk[1], pk[1],
                    (SELECT string_agg(format(' UNION SELECT x.%I FROM %s x WHERE %s(%s)', pk[1], tbl,
@@ -610,3 +647,39 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'tributary_predict_column_predictor_wrapper';
 COMMENT ON FUNCTION tributary_predict_column(text, name, integer, boolean) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL (labelled => true: every row, each as of its own time).';
+
+-- tributary_predict_trigger(): a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger function that
+-- writes a predictor's prediction of the new row into a column of it, inside the writer's
+-- transaction: CREATE TRIGGER t_guess BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION
+-- tributary_predict_trigger('predictor', 'target'). The prediction is tributary_predict's (the
+-- row's related rows read through indexes, the row's own label never counted; a few ms a row),
+-- as of the row's as_of; NULL when that is NULL. The value becomes the target's type by the
+-- type's input function (jsonb_populate_record), never by a cast a role made. Runs as the
+-- writer: the writer must be allowed to use the predictor (42501 otherwise). Errors: 39P01
+-- called other than as a BEFORE row trigger on INSERT or UPDATE, or without the two arguments;
+-- 42703 target is not a column of the table; 22023 target is the predictor's label; and
+-- tributary_predict's.
+CREATE FUNCTION tributary_predict_trigger() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pred text;
+BEGIN
+    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') OR TG_NARGS <> 2 THEN
+        RAISE EXCEPTION 'tributary_predict_trigger() must be a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger with two arguments'
+            USING ERRCODE = '39P01',
+                  HINT = 'CREATE TRIGGER ... BEFORE INSERT OR UPDATE ON tbl FOR EACH ROW EXECUTE FUNCTION tributary_predict_trigger(''predictor'', ''target'')';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = TG_RELID AND a.attname = TG_ARGV[1]
+                      AND a.attnum > 0 AND NOT a.attisdropped) THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', tributary._learn_short(TG_ARGV[1]), TG_TABLE_NAME
+            USING ERRCODE = '42703';
+    END IF;
+    IF EXISTS (SELECT 1 FROM tributary.predictors p WHERE p.name = TG_ARGV[0] AND p.tbl = TG_RELID AND p.label = TG_ARGV[1]) THEN
+        RAISE EXCEPTION 'target must not be the label column "%"', tributary._learn_short(TG_ARGV[1]) USING ERRCODE = '22023',
+            HINT = 'Predictions written to the label column would count as labels; write them to another column.';
+    END IF;
+    SELECT r.prediction INTO pred FROM tributary._predict_record(TG_ARGV[0], NEW) r;
+    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], pred));
+    RETURN NEW;
+END $$;
+COMMENT ON FUNCTION tributary_predict_trigger() IS 'Trigger function: writes a predictor''s prediction of each inserted or updated row into a column of it, in the writer''s transaction.';

@@ -198,6 +198,23 @@ fn train(
             plan.untrusted.join(", ")
         );
     }
+    if plan.related_sql.is_none() {
+        pgrx::notice!(
+            "tributary_train: table {} has no one-column primary key: tributary_predict(predictor, row) reads the whole table for each row",
+            crate::pg::regclass::display_name(oid).unwrap_or_default()
+        );
+    } else if !plan.missing_indexes.is_empty() {
+        pgrx::pg_sys::panic::ErrorReport::new(
+            pgrx::PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
+            format!(
+                "tributary_train: {} index(es) missing for one row's prediction: tributary_predict(predictor, row) scans the tables where they are missing",
+                plan.missing_indexes.len()
+            ),
+            "tributary",
+        )
+        .set_hint(format!("{};", plan.missing_indexes.join("; ")))
+        .report(pgrx::PgLogLevel::NOTICE);
+    }
     // The predictor keeps the columns and paths it uses, by name: columns added later are not
     // features of it; and those its trainer named, which are read whoever owns their tables.
     let mut named: Vec<String> = (opts.history.iter().flatten())

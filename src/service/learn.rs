@@ -45,6 +45,9 @@ pub struct Spec {
     /// indexes; None for a table without a one-column primary key, or a plan before 0.12.0.
     #[serde(default)]
     pub related_sql: Option<String>,
+    /// CREATE INDEX statements of the indexes `related_sql` wants and the tables lack.
+    #[serde(default)]
+    pub missing_indexes: Vec<String>,
     pub kind: String,
     pub rows_sql: String,
     pub numbers: Vec<String>,

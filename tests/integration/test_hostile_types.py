@@ -556,6 +556,13 @@ CASES = {
                  "predictor => 'ht_pred', tbl => 'hta.films', label => 'mood', as_of => 'yr', split_at => '2008', "
                  "algorithm => 'logistic')",
          "teardown": [DROP_PRED, RESET_FILMS]}],
+    "tributary_predict_trigger()": [
+        {"setup": [RESET_FILMS, TRAIN,
+                   "CREATE TRIGGER ht_guess BEFORE UPDATE ON hta.films FOR EACH ROW "
+                   "EXECUTE FUNCTION public.tributary_predict_trigger('ht_pred', 'gguess')"],
+         "call": "UPDATE hta.films SET yr = yr",
+         "check": "SELECT id, gguess FROM hta.films ORDER BY id",
+         "teardown": ["DROP TRIGGER ht_guess ON hta.films", DROP_PRED, RESET_FILMS]}],
     "tributary_predict_column(text,name,integer,boolean)": [
         {"setup": [RESET_FILMS, TRAIN],
          "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'guess')",

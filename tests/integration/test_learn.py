@@ -542,3 +542,112 @@ def test_online_protocol_predicts_labelled_rows_as_of_their_time(env):
         c.execute("UPDATE ol SET guess = NULL")
         assert c.execute("SELECT tributary_predict_column('ol_p', 'guess')").fetchone()[0] == 16
         assert all(g == again[i] for i, g in c.execute("SELECT id, guess FROM ol WHERE kind IS NULL"))
+
+
+def test_one_row_through_indexes_equals_the_whole_table(env):
+    """tributary_predict(predictor, row) reads the rows related to the row through indexes (a
+    foreign key with as_of, a link table, a parent's parent, the embedding's nearest rows), never
+    the whole table: with sequential scans switched off the table is scanned by index only, and
+    every row's prediction and confidence are what tributary_predict_column(labelled => true)
+    writes from the whole table (each row as of its own time)."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "ix")
+        c.execute("""
+            CREATE TABLE ix_team (team_id int PRIMARY KEY, name text);
+            ALTER TABLE ix_person ADD COLUMN team_id int REFERENCES ix_team;
+            INSERT INTO ix_team SELECT g, 'team ' || g FROM generate_series(1, 6) g;
+            UPDATE ix_person SET team_id = 1 + person_id % 6;
+            CREATE TABLE ix_tag (tag_id int PRIMARY KEY, name text);
+            CREATE TABLE ix_ev_tag (id int REFERENCES ix, tag_id int REFERENCES ix_tag, PRIMARY KEY (id, tag_id));
+            INSERT INTO ix_tag SELECT g, 'tag ' || g FROM generate_series(1, 10) g;
+            INSERT INTO ix_ev_tag SELECT i, 1 + (i * 7) % 10 FROM generate_series(1, 800) i;
+            INSERT INTO ix_ev_tag SELECT i, 1 + (i * 3) % 10 FROM generate_series(1, 800, 3) i ON CONFLICT DO NOTHING;
+            CREATE INDEX ON ix (person_id, day);
+            CREATE INDEX ON ix_person (team_id);
+            CREATE INDEX ON ix_ev_tag (tag_id);
+            ALTER TABLE ix ADD COLUMN e vector(3);
+            UPDATE ix SET e = ARRAY[sin(id), cos(id), (id % 7)::float]::vector;
+            UPDATE ix SET kind = NULL WHERE day >= 90;
+        """)
+        train(c, "'ix_p'", "'ix'", "'kind'", embedding="'e'", as_of="'day'", algorithm="'gbdt'")
+        f = c.execute("SELECT features FROM tributary._predictors WHERE name = 'ix_p'").fetchone()[0]
+        assert any(x.startswith("ix_ev_tag.tag_id:") for x in f) and any(x.startswith("person_id.team_id:") for x in f), f
+        c.execute("SELECT tributary_predict_column('ix_p', 'guess', labelled => true)")
+        whole = dict(c.execute("SELECT id, guess FROM ix").fetchall())
+        one = dict(c.execute("SELECT ix.id, p.prediction FROM ix, tributary_predict('ix_p', ix) p").fetchall())
+        assert one == whole
+        # Index scans only: the sequential scans of the table do not grow.
+        c.execute("SELECT pg_stat_force_next_flush()")
+        c.execute("SET stats_fetch_consistency = none")
+        before = c.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'ix'").fetchone()[0]
+        c.execute("SET enable_seqscan = off")
+        for i in (5, 403, 799):
+            r = c.execute("SELECT p.prediction FROM tributary_predict('ix_p', (SELECT t FROM ix t WHERE t.id = %s)) p",
+                          (i,)).fetchone()[0]
+            assert r == whole[i]
+        c.execute("RESET enable_seqscan")
+        c.execute("SELECT pg_stat_force_next_flush()")
+        after = c.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'ix'").fetchone()[0]
+        assert after == before, f"{after - before} sequential scans of the table for three rows"
+        # Control: the counter does count a scan.
+        c.execute("SELECT count(*) FROM ix")
+        c.execute("SELECT pg_stat_force_next_flush()")
+        assert c.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'ix'").fetchone()[0] == after + 1
+        # A new row (not in the table), as ROW(...)::ix: predicted from its related rows.
+        r = c.execute("SELECT p.prediction FROM tributary_predict('ix_p', "
+                      "ROW(900, 7, 101, 'a new event', NULL, NULL, '[0.1,0.2,0.3]')::ix) p").fetchone()[0]
+        assert r in ("a", "b", "c", "d")
+
+
+def test_the_trigger_form_fills_the_column_in_the_writers_transaction(env):
+    """tributary_predict_trigger('predictor', 'target') as a BEFORE INSERT OR UPDATE row trigger:
+    the inserted row's target holds tributary_predict's prediction when the INSERT returns; an
+    UPDATE predicts again; bad uses are errors."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "tg")
+        c.execute("CREATE INDEX ON tg (person_id, day)")
+        train(c, "'tg_p'", "'tg'", "'kind'", as_of="'day'")
+        c.execute("CREATE TRIGGER tg_guess BEFORE INSERT OR UPDATE ON tg FOR EACH ROW "
+                  "EXECUTE FUNCTION tributary_predict_trigger('tg_p', 'guess')")
+        with c.transaction():
+            got = c.execute("INSERT INTO tg (id, person_id, day, note) VALUES (901, 7, 101, 'a new event') "
+                            "RETURNING guess").fetchone()[0]
+            want = c.execute("SELECT p.prediction FROM tg, tributary_predict('tg_p', tg) p WHERE tg.id = 901").fetchone()[0]
+            assert got is not None and got == want
+        # Its person's history changes and the row is updated: predicted again, as of now.
+        c.execute("UPDATE tg SET kind = 'c' WHERE person_id = 7 AND day < 101")
+        c.execute("UPDATE tg SET note = 'the same event' WHERE id = 901")
+        got = c.execute("SELECT guess FROM tg WHERE id = 901").fetchone()[0]
+        want = c.execute("SELECT p.prediction FROM tg, tributary_predict('tg_p', tg) p WHERE tg.id = 901").fetchone()[0]
+        assert got == want
+        # Misuse.
+        c.execute("CREATE TRIGGER tg_bad AFTER INSERT ON tg FOR EACH ROW EXECUTE FUNCTION tributary_predict_trigger('tg_p', 'guess')")
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO tg (id, person_id, day) VALUES (902, 7, 101)")
+        assert e.value.sqlstate == "39P01"
+        c.execute("DROP TRIGGER tg_bad ON tg")
+        c.execute("CREATE TRIGGER tg_bad BEFORE INSERT ON tg FOR EACH ROW EXECUTE FUNCTION tributary_predict_trigger('tg_p', 'kind')")
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO tg (id, person_id, day) VALUES (903, 7, 101)")
+        assert e.value.sqlstate == "22023"
+        c.execute("DROP TRIGGER tg_bad ON tg")
+        c.execute("CREATE TRIGGER tg_bad BEFORE INSERT ON tg FOR EACH ROW EXECUTE FUNCTION tributary_predict_trigger('tg_p', 'nope')")
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("INSERT INTO tg (id, person_id, day) VALUES (904, 7, 101)")
+        assert e.value.sqlstate == "42703"
+        c.execute("DROP TRIGGER tg_bad ON tg")
+
+
+def test_training_names_the_indexes_one_row_wants(env):
+    """tributary_train's NOTICE gives the CREATE INDEX statements one row's prediction wants."""
+    with connect(env["dsn"]) as c:
+        history_table(c, "mi")
+        notices = []
+        c.add_notice_handler(lambda d: notices.append((d.message_primary, d.message_hint)))
+        train(c, "'mi_p'", "'mi'", "'kind'", as_of="'day'")
+        hints = [h for m, h in notices if m and "index(es) missing" in m]
+        assert hints and "CREATE INDEX ON public.mi (person_id, day)" in hints[0], notices
+        c.execute("CREATE INDEX ON mi (person_id)")
+        notices.clear()
+        train(c, "'mi_p'", "'mi'", "'kind'", as_of="'day'")
+        assert not [m for m, h in notices if m and "index(es) missing" in m], notices

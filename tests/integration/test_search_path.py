@@ -382,6 +382,16 @@ CASES = {
          "call": "SELECT method, algorithm, split, rows, round(accuracy::numeric, 6) FROM public.tributary_train("
                  "predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', embedding => 'e', algorithm => 'logistic', k => 3)",
          "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
+    "tributary_predict_trigger()": [
+        {"setup": ["UPDATE ann.films SET guess = NULL",
+                   "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "embedding => 'e', algorithm => 'logistic', k => 3)",
+                   "CREATE TRIGGER sp_guess BEFORE INSERT OR UPDATE ON ann.films FOR EACH ROW "
+                   "EXECUTE FUNCTION public.tributary_predict_trigger('sp_pred', 'guess')"],
+         "call": "UPDATE ann.films SET title = title WHERE id OPERATOR(pg_catalog.<) 5",
+         "check": "SELECT id, guess FROM ann.films ORDER BY id",
+         "teardown": ["DROP TRIGGER sp_guess ON ann.films",
+                      "SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
     "tributary_predict_column(text,name,integer,boolean)": [
         {"setup": ["UPDATE ann.films SET guess = NULL",
                    "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
