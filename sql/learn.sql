@@ -247,6 +247,9 @@ $$;
 --                   pairs of one link path, ref = the index into rows_sql's referenced keys;
 --                   related_sql those of the groups the record %ROW% is linked to
 --   missing_indexes CREATE INDEX statements of the indexes related_sql wants that are missing
+--   affected_sql    the keys of the unlabelled rows whose prediction a change of the row %ROW%
+--                   may change (itself; the rows sharing a group with it, strictly later), for
+--                   a predict job's refresh of the changed rows only; primary_key its column
 --   related_sql     the rows one record (%ROW%) is predicted from, for %SOURCE%: its own row in
 --                   the table and, strictly earlier, the rows sharing a group with it through
 --                   each path and its %K5% nearest labelled rows, each found through an index
@@ -343,6 +346,7 @@ DECLARE
     pk name[];
     cond text;
     wanted jsonb := '[]';
+    affected text;
 BEGIN
     -- A table (its rows are read with tableoid and ctid, and written back by them).
     IF rk IS NOT NULL AND rk NOT IN ('r', 'p', 'm', 'f') THEN
@@ -763,6 +767,16 @@ BEGIN
     -- the prediction reads the whole table).
     pk := (SELECT array_agg(pa.attname ORDER BY k.o) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, o)
              JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = tbl AND i.indisprimary);
+    -- The unlabelled rows a change of one row (%ROW%: its old or new version) may change the
+    -- prediction of: itself, and (when as_of: strictly later) the rows sharing a group with it
+    -- through a path (their history, their counts of earlier rows); not the rows whose k-NN votes
+    -- it is among. NULL without a one-column primary key.
+    cond := format('x.%I IS NULL%s', label, CASE WHEN as_of IS NOT NULL THEN format(' AND x.%I IS NOT NULL', as_of) ELSE '' END);
+    affected := CASE WHEN cardinality(pk) = 1 THEN
+        format('SELECT x.%I FROM %s x WHERE x.%I = %%ROW%%.%I AND %s', pk[1], tbl, pk[1], pk[1], cond)
+        || (SELECT coalesce(string_agg(format(' UNION SELECT x.%I FROM %s x WHERE %s%s AND (%s)', pk[1], tbl, cond,
+                                              CASE WHEN as_of IS NOT NULL THEN format(' AND x.%I > %%ROW%%.%I', as_of, as_of) ELSE '' END, r), '' ORDER BY o), '')
+              FROM unnest(related) WITH ORDINALITY u(r, o)) END;
     IF embedding IS NOT NULL THEN
         related := related || format('x.%I = ANY (ARRAY(SELECT y.%I FROM %s y WHERE y.%I IS NOT NULL AND y.%I IS NOT NULL%s ORDER BY y.%I OPERATOR(%s.<=>) %s.%I LIMIT %%K5%%))',
             pk[1], pk[1], tbl, label, embedding,
@@ -795,6 +809,8 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
                                  JOIN pg_attribute ia ON ia.attrelid = i.indrelid AND ia.attnum = i.indkey[0]
                                 WHERE i.indrelid = tbl AND ia.attname = embedding AND am.amname IN ('hnsw', 'ivfflat')))),
+        'affected_sql', affected,
+        'primary_key', pk[1],
         'related_sql', CASE WHEN cardinality(pk) = 1 THEN
             format('(SELECT t.* FROM %s t WHERE t.%I = ANY (ARRAY(SELECT %%ROW%%.%I%s)))', tbl, pk[1], pk[1],
                    (SELECT string_agg(format(' UNION SELECT x.%I FROM %s x WHERE %s(%s)', pk[1], tbl,

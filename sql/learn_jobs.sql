@@ -8,7 +8,14 @@
 --
 -- A statement-level trigger on each of those tables (tributary._predict_trigger, owned by the
 -- extension's owner) adds one row to the append-only queue tributary._predict_dirty and wakes
--- the database's workers at commit. A worker picks a job with queued rows, at most once per
+-- the database's workers at commit. On the job's own table, when it has a one-column primary
+-- key, the triggers read the statement's transition tables (tributary._predict_trigger_rows)
+-- and queue the changed rows themselves: the refresh then predicts only the unlabelled rows
+-- they reach (each changed row itself, and the rows sharing a history group with it that are
+-- later in as_of: tributary._predict_rows_job), through indexes, so that a new row's prediction
+-- is written a moment after its commit whatever the table's size. A statement of more than
+-- tributary.predict_job_rows rows, a TRUNCATE, and any change of a parent or link table queue a
+-- refresh of every row; so do jobs made before 0.12.0 (their triggers are statement-level). A worker picks a job with queued rows, at most once per
 -- tributary.job_poll_interval per job, and in one transaction takes the queued rows, runs
 -- tributary_predict_column(predictor, target) as the table's owner (read from pg_class at each
 -- refresh, like every job) and records the refresh: a crash before the commit leaves the queued
@@ -45,7 +52,8 @@ CREATE TABLE tributary._predict_jobs (
 CREATE TABLE tributary._predict_dirty (
     id  bigserial PRIMARY KEY,
     job bigint NOT NULL REFERENCES tributary._predict_jobs ON DELETE CASCADE,
-    at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+    at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    changed jsonb           -- the changed rows of the job's table (tributary._row_jsonb, old and new versions); NULL: refresh every row
 );
 CREATE INDEX ON tributary._predict_dirty (job);
 REVOKE ALL ON tributary._predict_jobs, tributary._predict_dirty FROM PUBLIC;
@@ -81,6 +89,49 @@ BEGIN
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION tributary._predict_trigger() FROM PUBLIC;
+
+-- The row-level view of a statement on the job's own table (a table with a one-column primary
+-- key): AFTER INSERT / UPDATE / DELETE ... REFERENCING its transition tables (tributary_new,
+-- tributary_old) FOR EACH STATEMENT, TG_ARGV = (job, primary key column, target). Queues the
+-- changed rows (their new versions, the old versions of deleted and updated rows; an update
+-- that changed target alone, such as the job's own writes, is no change), so that the refresh
+-- predicts only the rows they reach; more than tributary.predict_job_rows rows in one statement
+-- queue a refresh of every row. SECURITY DEFINER, as tributary._predict_trigger.
+CREATE FUNCTION tributary._predict_trigger_rows() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
+DECLARE
+    job bigint := CAST(TG_ARGV[0] AS pg_catalog.int8);
+    lim bigint := coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000);
+    changed jsonb;
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job AND j.state OPERATOR(pg_catalog.=) 'active') THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(r)) INTO n, changed
+          FROM (SELECT * FROM tributary_new LIMIT lim + 1) r;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(r)) INTO n, changed
+          FROM (SELECT * FROM tributary_old LIMIT lim + 1) r;
+    ELSE
+        -- Both versions of each row whose columns other than target changed.
+        WITH o AS (SELECT tributary._row_jsonb(r) AS v FROM tributary_old r),
+             w AS (SELECT tributary._row_jsonb(r) AS v FROM tributary_new r),
+             d AS (SELECT o.v AS ov, w.v AS nv FROM o FULL JOIN w ON (o.v OPERATOR(pg_catalog.->) TG_ARGV[1]) OPERATOR(pg_catalog.=) (w.v OPERATOR(pg_catalog.->) TG_ARGV[1])
+                    WHERE (o.v OPERATOR(pg_catalog.-) TG_ARGV[2]) IS DISTINCT FROM (w.v OPERATOR(pg_catalog.-) TG_ARGV[2])
+                    LIMIT lim + 1),
+             e AS (SELECT d.ov AS v FROM d WHERE d.ov IS NOT NULL UNION ALL SELECT d.nv FROM d WHERE d.nv IS NOT NULL)
+        SELECT (SELECT pg_catalog.count(*) FROM d), pg_catalog.jsonb_agg(e.v) INTO n, changed FROM e;
+    END IF;
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, CASE WHEN n <= lim THEN changed END);
+    PERFORM tributary._wake_launcher();
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._predict_trigger_rows() FROM PUBLIC;
 
 -- The tables whose rows a predictor over `tbl` reads besides tbl: the tables its foreign keys
 -- reference and theirs, up to three hops (parents, grandparents, great-grandparents: their
@@ -125,6 +176,7 @@ DECLARE
     job    bigint;
     why    text;
     others text[] := '{}';
+    pk     name[];
 BEGIN
     IF pred IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'predictor and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -171,9 +223,23 @@ BEGIN
       FROM pg_attribute t
      WHERE t.attrelid = p.tbl AND t.attnum > 0 AND NOT t.attisdropped AND t.attgenerated = ''
        AND t.attname <> target;
-    EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %s OR DELETE%s ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
-                   'tributary_predict_' || job, cols,
-                   CASE WHEN kind IN ('r', 'p') THEN ' OR TRUNCATE' ELSE '' END, p.tbl, job);
+    pk := (SELECT array_agg(pa.attname) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) k(attnum)
+             JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = p.tbl AND i.indisprimary);
+    IF kind IN ('r', 'p') AND cardinality(pk) = 1 THEN
+        -- The changed rows, through the transition tables: a refresh predicts only the rows they reach.
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_rows(%L, %L, %L)',
+                       'tributary_predict_' || job || '_insert', p.tbl, job, pk[1], target);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_rows(%L, %L, %L)',
+                       'tributary_predict_' || job || '_update', p.tbl, job, pk[1], target);
+        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS tributary_old FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_rows(%L, %L, %L)',
+                       'tributary_predict_' || job || '_delete', p.tbl, job, pk[1], target);
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                       'tributary_predict_' || job, p.tbl, job);
+    ELSE
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %s OR DELETE%s ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                       'tributary_predict_' || job, cols,
+                       CASE WHEN kind IN ('r', 'p') THEN ' OR TRUNCATE' ELSE '' END, p.tbl, job);
+    END IF;
     -- On the tables its history and features read that the table's owner owns: any change.
     -- Another role's table gets no trigger of this job (that role could otherwise start its
     -- refreshes at will, and a trigger on a table is its owner's to make).
@@ -214,8 +280,9 @@ BEGIN
             HINT = 'Your predict jobs are listed in tributary.predict_jobs.';
     END IF;
     FOR t IN SELECT g.tgrelid::regclass AS rel, g.tgname FROM pg_trigger g
-              WHERE g.tgname = 'tributary_predict_' || j.id
-                AND g.tgfoid = 'tributary._predict_trigger()'::regprocedure LOOP
+              WHERE g.tgname IN ('tributary_predict_' || j.id, 'tributary_predict_' || j.id || '_insert',
+                                 'tributary_predict_' || j.id || '_update', 'tributary_predict_' || j.id || '_delete')
+                AND g.tgfoid IN ('tributary._predict_trigger()'::regprocedure, 'tributary._predict_trigger_rows()'::regprocedure) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
     END LOOP;
     DELETE FROM tributary._predict_jobs WHERE id = j.id;

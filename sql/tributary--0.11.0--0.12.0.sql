@@ -45,6 +45,9 @@ $$;
 --                   pairs of one link path, ref = the index into rows_sql's referenced keys;
 --                   related_sql those of the groups the record %ROW% is linked to
 --   missing_indexes CREATE INDEX statements of the indexes related_sql wants that are missing
+--   affected_sql    the keys of the unlabelled rows whose prediction a change of the row %ROW%
+--                   may change (itself; the rows sharing a group with it, strictly later), for
+--                   a predict job's refresh of the changed rows only; primary_key its column
 --   related_sql     the rows one record (%ROW%) is predicted from, for %SOURCE%: its own row in
 --                   the table and, strictly earlier, the rows sharing a group with it through
 --                   each path and its %K5% nearest labelled rows, each found through an index
@@ -141,6 +144,7 @@ DECLARE
     pk name[];
     cond text;
     wanted jsonb := '[]';
+    affected text;
 BEGIN
     -- A table (its rows are read with tableoid and ctid, and written back by them).
     IF rk IS NOT NULL AND rk NOT IN ('r', 'p', 'm', 'f') THEN
@@ -561,6 +565,16 @@ BEGIN
     -- the prediction reads the whole table).
     pk := (SELECT array_agg(pa.attname ORDER BY k.o) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, o)
              JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = tbl AND i.indisprimary);
+    -- The unlabelled rows a change of one row (%ROW%: its old or new version) may change the
+    -- prediction of: itself, and (when as_of: strictly later) the rows sharing a group with it
+    -- through a path (their history, their counts of earlier rows); not the rows whose k-NN votes
+    -- it is among. NULL without a one-column primary key.
+    cond := format('x.%I IS NULL%s', label, CASE WHEN as_of IS NOT NULL THEN format(' AND x.%I IS NOT NULL', as_of) ELSE '' END);
+    affected := CASE WHEN cardinality(pk) = 1 THEN
+        format('SELECT x.%I FROM %s x WHERE x.%I = %%ROW%%.%I AND %s', pk[1], tbl, pk[1], pk[1], cond)
+        || (SELECT coalesce(string_agg(format(' UNION SELECT x.%I FROM %s x WHERE %s%s AND (%s)', pk[1], tbl, cond,
+                                              CASE WHEN as_of IS NOT NULL THEN format(' AND x.%I > %%ROW%%.%I', as_of, as_of) ELSE '' END, r), '' ORDER BY o), '')
+              FROM unnest(related) WITH ORDINALITY u(r, o)) END;
     IF embedding IS NOT NULL THEN
         related := related || format('x.%I = ANY (ARRAY(SELECT y.%I FROM %s y WHERE y.%I IS NOT NULL AND y.%I IS NOT NULL%s ORDER BY y.%I OPERATOR(%s.<=>) %s.%I LIMIT %%K5%%))',
             pk[1], pk[1], tbl, label, embedding,
@@ -593,6 +607,8 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
                                  JOIN pg_attribute ia ON ia.attrelid = i.indrelid AND ia.attnum = i.indkey[0]
                                 WHERE i.indrelid = tbl AND ia.attname = embedding AND am.amname IN ('hnsw', 'ivfflat')))),
+        'affected_sql', affected,
+        'primary_key', pk[1],
         'related_sql', CASE WHEN cardinality(pk) = 1 THEN
             format('(SELECT t.* FROM %s t WHERE t.%I = ANY (ARRAY(SELECT %%ROW%%.%I%s)))', tbl, pk[1], pk[1],
                    (SELECT string_agg(format(' UNION SELECT x.%I FROM %s x WHERE %s(%s)', pk[1], tbl,
@@ -683,3 +699,188 @@ BEGIN
     RETURN NEW;
 END $$;
 COMMENT ON FUNCTION tributary_predict_trigger() IS 'Trigger function: writes a predictor''s prediction of each inserted or updated row into a column of it, in the writer''s transaction.';
+
+-- Predict jobs that refresh only the rows a change reaches (sql/learn_jobs.sql, src/api/learn.rs).
+ALTER TABLE tributary._predict_dirty ADD COLUMN changed jsonb;
+
+-- The row-level view of a statement on the job's own table (a table with a one-column primary
+-- key): AFTER INSERT / UPDATE / DELETE ... REFERENCING its transition tables (tributary_new,
+-- tributary_old) FOR EACH STATEMENT, TG_ARGV = (job, primary key column, target). Queues the
+-- changed rows (their new versions, the old versions of deleted and updated rows; an update
+-- that changed target alone, such as the job's own writes, is no change), so that the refresh
+-- predicts only the rows they reach; more than tributary.predict_job_rows rows in one statement
+-- queue a refresh of every row. SECURITY DEFINER, as tributary._predict_trigger.
+CREATE FUNCTION tributary._predict_trigger_rows() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
+DECLARE
+    job bigint := CAST(TG_ARGV[0] AS pg_catalog.int8);
+    lim bigint := coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000);
+    changed jsonb;
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job AND j.state OPERATOR(pg_catalog.=) 'active') THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(r)) INTO n, changed
+          FROM (SELECT * FROM tributary_new LIMIT lim + 1) r;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(r)) INTO n, changed
+          FROM (SELECT * FROM tributary_old LIMIT lim + 1) r;
+    ELSE
+        -- Both versions of each row whose columns other than target changed.
+        WITH o AS (SELECT tributary._row_jsonb(r) AS v FROM tributary_old r),
+             w AS (SELECT tributary._row_jsonb(r) AS v FROM tributary_new r),
+             d AS (SELECT o.v AS ov, w.v AS nv FROM o FULL JOIN w ON (o.v OPERATOR(pg_catalog.->) TG_ARGV[1]) OPERATOR(pg_catalog.=) (w.v OPERATOR(pg_catalog.->) TG_ARGV[1])
+                    WHERE (o.v OPERATOR(pg_catalog.-) TG_ARGV[2]) IS DISTINCT FROM (w.v OPERATOR(pg_catalog.-) TG_ARGV[2])
+                    LIMIT lim + 1),
+             e AS (SELECT d.ov AS v FROM d WHERE d.ov IS NOT NULL UNION ALL SELECT d.nv FROM d WHERE d.nv IS NOT NULL)
+        SELECT (SELECT pg_catalog.count(*) FROM d), pg_catalog.jsonb_agg(e.v) INTO n, changed FROM e;
+    END IF;
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, CASE WHEN n <= lim THEN changed END);
+    PERFORM tributary._wake_launcher();
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._predict_trigger_rows() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION tributary._predict_job_create(caller oid, a jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+DECLARE
+    pred   text := a->>'predictor';
+    target name := a->>'target';
+    p      tributary._predictors;
+    tbl_owner oid;
+    kind   "char";
+    cols   text;
+    rel    regclass;
+    job    bigint;
+    why    text;
+    others text[] := '{}';
+    pk     name[];
+BEGIN
+    IF pred IS NULL OR target IS NULL THEN
+        RAISE EXCEPTION 'predictor and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO p FROM tributary._predictors x WHERE x.name = pred;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'predictor "%" does not exist', tributary._learn_short(pred) USING ERRCODE = 'undefined_object',
+            HINT = 'Predictors are listed in tributary.predictors; tributary_train makes one.';
+    END IF;
+    SELECT c.relowner, c.relkind INTO tbl_owner, kind FROM pg_class c WHERE c.oid = p.tbl;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the table of predictor "%" was dropped', tributary._learn_short(pred) USING ERRCODE = 'undefined_table';
+    END IF;
+    IF NOT pg_has_role(caller, tbl_owner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', p.tbl USING ERRCODE = 'insufficient_privilege',
+            HINT = 'A predict job writes the table as its owner: its owner (or a member of the owning role) makes it.';
+    END IF;
+    -- The job uses the predictor as the table's owner: that role must be allowed to.
+    IF NOT pg_has_role(tbl_owner, p.owner, 'USAGE') THEN
+        why := tributary._predictor_hidden(tbl_owner, p.read_tables, p.read_columns);
+        IF why IS NOT NULL THEN
+            RAISE EXCEPTION 'permission denied for predictor "%"', tributary._learn_short(pred) USING ERRCODE = 'insufficient_privilege',
+                DETAIL = why,
+                HINT = 'A predict job uses the predictor as the table''s owner, who must own it (or be a member of its owner) or may see every row and column it was trained on.';
+        END IF;
+    END IF;
+    IF target = p.label THEN
+        RAISE EXCEPTION 'target must not be the label column "%"', target USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Predictions written to the label column would count as labels; write them to another column.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute t WHERE t.attrelid = p.tbl AND t.attname = target
+                      AND t.attnum > 0 AND NOT t.attisdropped) THEN
+        RAISE EXCEPTION 'column "%" of relation "%" does not exist', target, p.tbl USING ERRCODE = 'undefined_column';
+    END IF;
+    IF EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.tbl = p.tbl AND j.target = target) THEN
+        RAISE EXCEPTION 'a predict job already writes column "%" of %', target, p.tbl USING ERRCODE = 'duplicate_object',
+            HINT = 'tributary.predict_jobs lists it; tributary_predict_job_drop drops it.';
+    END IF;
+    INSERT INTO tributary._predict_jobs (predictor, target, tbl, owner, predictor_owner)
+    VALUES (pred, target, p.tbl, tbl_owner::regrole, p.owner) RETURNING id INTO job;
+
+    -- On the table: every column but target (the job's own UPDATEs set target only).
+    SELECT string_agg(quote_ident(t.attname), ', ' ORDER BY t.attnum) INTO cols
+      FROM pg_attribute t
+     WHERE t.attrelid = p.tbl AND t.attnum > 0 AND NOT t.attisdropped AND t.attgenerated = ''
+       AND t.attname <> target;
+    pk := (SELECT array_agg(pa.attname) FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) k(attnum)
+             JOIN pg_attribute pa ON pa.attrelid = i.indrelid AND pa.attnum = k.attnum WHERE i.indrelid = p.tbl AND i.indisprimary);
+    IF kind IN ('r', 'p') AND cardinality(pk) = 1 THEN
+        -- The changed rows, through the transition tables: a refresh predicts only the rows they reach.
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_rows(%L, %L, %L)',
+                       'tributary_predict_' || job || '_insert', p.tbl, job, pk[1], target);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_rows(%L, %L, %L)',
+                       'tributary_predict_' || job || '_update', p.tbl, job, pk[1], target);
+        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS tributary_old FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_rows(%L, %L, %L)',
+                       'tributary_predict_' || job || '_delete', p.tbl, job, pk[1], target);
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                       'tributary_predict_' || job, p.tbl, job);
+    ELSE
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %s OR DELETE%s ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                       'tributary_predict_' || job, cols,
+                       CASE WHEN kind IN ('r', 'p') THEN ' OR TRUNCATE' ELSE '' END, p.tbl, job);
+    END IF;
+    -- On the tables its history and features read that the table's owner owns: any change.
+    -- Another role's table gets no trigger of this job (that role could otherwise start its
+    -- refreshes at will, and a trigger on a table is its owner's to make).
+    FOR rel IN SELECT r FROM tributary._predict_related(p.tbl) r LOOP
+        IF (SELECT c.relowner FROM pg_class c WHERE c.oid = rel) <> tbl_owner THEN
+            others := others || rel::text;
+            CONTINUE;
+        END IF;
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                       'tributary_predict_' || job, rel, job);
+    END LOOP;
+    IF cardinality(others) > 0 THEN
+        RAISE NOTICE 'predict job % does not watch %, owned by other roles than %', job, array_to_string(others, ', '), tbl_owner::regrole
+            USING DETAIL = 'A change there refreshes the predictions only with the next change to a table the job watches.';
+    END IF;
+    -- The first refresh fills the rows there now.
+    INSERT INTO tributary._predict_dirty (job) VALUES (job);
+    PERFORM tributary._wake_launcher();
+    RETURN job;
+END $fn$;
+
+CREATE OR REPLACE FUNCTION tributary._predict_job_drop(caller oid, a jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    job bigint := (a->>'job')::bigint;
+    j   tributary._predict_jobs;
+    t   record;
+BEGIN
+    IF job IS NULL THEN
+        RAISE EXCEPTION 'job must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO j FROM tributary._predict_jobs x
+     WHERE x.id = job
+       AND pg_has_role(caller, coalesce((SELECT c.relowner FROM pg_class c WHERE c.oid = x.tbl), x.owner), 'USAGE')
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'predict job % does not exist', job USING ERRCODE = 'undefined_object',
+            HINT = 'Your predict jobs are listed in tributary.predict_jobs.';
+    END IF;
+    FOR t IN SELECT g.tgrelid::regclass AS rel, g.tgname FROM pg_trigger g
+              WHERE g.tgname IN ('tributary_predict_' || j.id, 'tributary_predict_' || j.id || '_insert',
+                                 'tributary_predict_' || j.id || '_update', 'tributary_predict_' || j.id || '_delete')
+                AND g.tgfoid IN ('tributary._predict_trigger()'::regprocedure, 'tributary._predict_trigger_rows()'::regprocedure) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
+    END LOOP;
+    DELETE FROM tributary._predict_jobs WHERE id = j.id;
+    RETURN j.id;
+END $$;
+
+CREATE FUNCTION tributary._predict_rows_job(
+	"predictor" TEXT,
+	"target" name,
+	"tbl" oid,
+	"predictor_owner" oid,
+	"changed" jsonb
+) RETURNS bigint
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', '_predict_rows_job_wrapper';
+COMMENT ON FUNCTION tributary._predict_rows_job(text, name, oid, oid, jsonb) IS 'Internal: a predict job''s refresh of the rows a few changed rows reach.';

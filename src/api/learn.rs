@@ -405,14 +405,82 @@ pub(crate) fn _predict_column_job(
     predict_column(predictor, &target.0, 1000, Some((tbl, owner)), false).or_raise()
 }
 
+/// `tributary._predict_rows_job(predictor text, target name, tbl oid, predictor_owner oid,
+/// changed jsonb)` → bigint: a predict job's refresh of the rows a few changed rows reach
+/// (src/worker/predict.rs calls it as the table's owner). `changed`: the changed rows' old and
+/// new versions (`tributary._row_jsonb`, queued by `tributary._predict_trigger_rows`). Each
+/// unlabelled row they may change the prediction of (`Spec::affected_sql`: itself, the rows
+/// sharing a group with it that are later in as_of) is predicted as `tributary_predict(predictor,
+/// row)` predicts it (through indexes) and written; returns the rows written. The k-NN votes of
+/// other rows that a changed label is among are refreshed by the next refresh of every row (a
+/// statement of more than `tributary.predict_job_rows` rows, a change of a parent or link table).
+/// A table without a one-column primary key: every row, as `_predict_column_job`. Refused
+/// (55000) as `_predict_column_job` is.
+#[pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn _predict_rows_job(
+    predictor: Option<&str>,
+    target: Option<Name>,
+    tbl: Option<pg_sys::Oid>,
+    predictor_owner: Option<pg_sys::Oid>,
+    changed: Option<pgrx::JsonB>,
+) -> i64 {
+    let (Some(predictor), Some(target), Some(tbl), Some(owner), Some(changed)) =
+        (predictor, target, tbl, predictor_owner, changed)
+    else {
+        raise(TributaryError::NullArgument(
+            "predictor, target, tbl, predictor_owner and changed",
+        ));
+    };
+    predict_rows(predictor, &target.0, (tbl, owner), changed).or_raise()
+}
+
+fn predict_rows(
+    name: &str,
+    target: &str,
+    bound: (pg_sys::Oid, pg_sys::Oid),
+    changed: pgrx::JsonB,
+) -> Result<i64> {
+    crate::pg::spi::require_writable(c"tributary_predict_column()");
+    let p = stored(name)?;
+    check_bound(name, &p, bound);
+    let oid = RegClass(p.tbl).lock()?;
+    let (table, value) = target_of(name, &p, oid, target)?;
+    let plan = spec_of(name, &p)?;
+    let (Some(affected), Some(pk)) = (&plan.affected_sql, &plan.primary_key) else {
+        return predict_column(name, target, 1000, Some(bound), false);
+    };
+    let sql = format!(
+        "WITH r AS (SELECT pg_catalog.jsonb_populate_record(CAST(NULL AS {table}), e) AS \"row\" \
+                      FROM pg_catalog.jsonb_array_elements($1) e), \
+              a AS (SELECT DISTINCT a.k FROM r CROSS JOIN LATERAL ({affected}) a(k)), \
+              u AS (SELECT t.{pk} AS k, (tributary._predict_record($2, t)).prediction AS p \
+                      FROM {table} t WHERE t.{pk} OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT a.k FROM a))) \
+         UPDATE {table} AS t SET {col} = {value} FROM u WHERE t.{pk} OPERATOR(pg_catalog.=) u.k",
+        affected = affected.replace("%ROW%", "(r.\"row\")"),
+        pk = spi_ident(pk),
+        col = spi_ident(target),
+    );
+    let written = pinned(|| {
+        Spi::connect_mut(|c| {
+            c.update(&sql, None, &[changed.into(), name.into()])
+                .map(|t| t.len() as i64)
+        })
+    })
+    .map_err(spi_error)?;
+    record_output(name, target)?;
+    Ok(written)
+}
+
 // Internal, in schema tributary (which only the extension's owner may create objects in).
 pgrx::extension_sql!(
     r#"
+ALTER FUNCTION _predict_rows_job(text, name, oid, oid, jsonb) SET SCHEMA tributary;
+COMMENT ON FUNCTION tributary._predict_rows_job(text, name, oid, oid, jsonb) IS 'Internal: a predict job''s refresh of the rows a few changed rows reach.';
 ALTER FUNCTION _predict_column_job(text, name, oid, oid) SET SCHEMA tributary;
 COMMENT ON FUNCTION tributary._predict_column_job(text, name, oid, oid) IS 'Internal: tributary_predict_column for a predict job, refused unless the predictor still has the table and owner the job was made with.';
 "#,
     name = "predict_column_job",
-    requires = ["bootstrap", _predict_column_job]
+    requires = ["bootstrap", _predict_column_job, _predict_rows_job]
 );
 
 /// 55000 unless predictor `name` (as stored: `p`) has the table and owner a predict job was made
@@ -473,38 +541,7 @@ fn predict_column(
         check_bound(name, &p, b);
     }
     let oid = RegClass(p.tbl).lock()?;
-    if target == p.options.label {
-        return Err(TributaryError::InvalidArgument {
-            message: format!("target must not be the label column \"{target}\""),
-            hint: Some("Predictions written to the label column would count as labels; write them to another column.".into()),
-        });
-    }
-    if p.options.columns.iter().flatten().any(|c| c == target) {
-        return Err(TributaryError::InvalidArgument {
-            message: format!(
-                "target \"{target}\" is a feature of predictor \"{}\"",
-                short(name)
-            ),
-            hint: Some(format!(
-                "Write to another column, or train again without it: columns => '{{-{target}}}'."
-            )),
-        });
-    }
-    let table =
-        sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
-    // The prediction (text) as a value of target's type: a built-in type's cast, or the type's
-    // input function (never a cast from text that a role made).
-    let value = crate::pg::spi::select_one::<String>(
-        "SELECT tributary._text_as('u.p', a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a \
-          WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attname OPERATOR(pg_catalog.=) $2 \
-            AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped",
-        &[oid.into(), target.into()],
-    )
-    .map_err(spi_error)?
-    .ok_or_else(|| TributaryError::UndefinedColumn {
-        relation: crate::pg::regclass::display_name(oid).unwrap_or_default(),
-        column: target.into(),
-    })?;
+    let (table, value) = target_of(name, &p, oid, target)?;
     let plan = spec_of(name, &p)?;
     let ctl = PgControl::new("tributary_predict_column");
     let Loaded {
@@ -572,6 +609,50 @@ fn predict_column(
     }
     record_output(name, target)?;
     Ok(written)
+}
+
+/// The table's name and the SQL expression that turns prediction `u.p` (text) into a value of
+/// column `target` (checked: not the label, not a feature of the predictor, a column of the
+/// table; 22023, 42703).
+fn target_of(
+    name: &str,
+    p: &crate::service::learn::Stored,
+    oid: pg_sys::Oid,
+    target: &str,
+) -> Result<(String, String)> {
+    if target == p.options.label {
+        return Err(TributaryError::InvalidArgument {
+            message: format!("target must not be the label column \"{target}\""),
+            hint: Some("Predictions written to the label column would count as labels; write them to another column.".into()),
+        });
+    }
+    if p.options.columns.iter().flatten().any(|c| c == target) {
+        return Err(TributaryError::InvalidArgument {
+            message: format!(
+                "target \"{target}\" is a feature of predictor \"{}\"",
+                short(name)
+            ),
+            hint: Some(format!(
+                "Write to another column, or train again without it: columns => '{{-{target}}}'."
+            )),
+        });
+    }
+    let table =
+        sql_name(oid).ok_or_else(|| TributaryError::UndefinedTable("table dropped".into()))?;
+    // The prediction (text) as a value of target's type: a built-in type's cast, or the type's
+    // input function (never a cast from text that a role made).
+    let value = crate::pg::spi::select_one::<String>(
+        "SELECT tributary._text_as('u.p', a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a \
+          WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attname OPERATOR(pg_catalog.=) $2 \
+            AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped",
+        &[oid.into(), target.into()],
+    )
+    .map_err(spi_error)?
+    .ok_or_else(|| TributaryError::UndefinedColumn {
+        relation: crate::pg::regclass::display_name(oid).unwrap_or_default(),
+        column: target.into(),
+    })?;
+    Ok((table, value))
 }
 
 fn spi_ident(s: &str) -> String {

@@ -119,6 +119,7 @@ static JOB_POLL_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
 /// Attempts at one row before a job gives up on it (the row stays in tributary.job_errors).
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(5);
+static PREDICT_JOB_ROWS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
 pub fn init() {
     GucRegistry::define_int_guc(
@@ -148,6 +149,16 @@ pub fn init() {
         &JOB_MAX_ATTEMPTS,
         1,
         1000,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"tributary.predict_job_rows",
+        c"Rows one statement may change for a predict job to refresh only the predictions they reach.",
+        c"A statement that changes more rows of a predict job's table queues a refresh of every row (sql/learn_jobs.sql).",
+        &PREDICT_JOB_ROWS,
+        0,
+        10_000_000,
         GucContext::Sighup,
         GucFlags::default(),
     );
@@ -377,6 +388,12 @@ pub fn job_poll_interval_ms() -> u64 {
 
 pub fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get()
+}
+
+/// `tributary.predict_job_rows`: rows one statement may change for a predict job to refresh
+/// only what they reach.
+pub fn predict_job_rows() -> i32 {
+    PREDICT_JOB_ROWS.get()
 }
 
 pub fn progress_interval_ms() -> u64 {

@@ -48,6 +48,12 @@ pub struct Spec {
     /// CREATE INDEX statements of the indexes `related_sql` wants and the tables lack.
     #[serde(default)]
     pub missing_indexes: Vec<String>,
+    /// The keys of the unlabelled rows a change of one row (`%ROW%`) may change the prediction
+    /// of; None without a one-column primary key (`primary_key`: that column).
+    #[serde(default)]
+    pub affected_sql: Option<String>,
+    #[serde(default)]
+    pub primary_key: Option<String>,
     pub kind: String,
     pub rows_sql: String,
     pub numbers: Vec<String>,

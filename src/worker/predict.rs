@@ -5,7 +5,10 @@
 //! One refresh is one transaction: lock the job (`FOR NO KEY UPDATE SKIP LOCKED`: writers that
 //! queue rows meanwhile only take a key-share lock on it, for the queue's foreign key), take
 //! (delete) the queued rows it sees, run `tributary_predict_column(predictor, target)` as the
-//! table's owner (read from pg_class now, through [`as_user`]), record the refresh, commit. Rows
+//! table's owner (read from pg_class now, through [`as_user`]) — or, when every queued row
+//! carries the changed rows of the job's table (`tributary._predict_trigger_rows`: a table with
+//! a one-column primary key, statements of at most `tributary.predict_job_rows` rows), predict
+//! only the rows those reach (`tributary._predict_rows_job`) —, record the refresh, commit. Rows
 //! queued by transactions that commit after the delete's snapshot stay, and cause the next
 //! refresh. A crash or an error before the commit leaves the queued rows where they were.
 //!
@@ -118,17 +121,42 @@ fn refresh(id: i64) -> (Refresh, bool) {
     let Some((predictor, target, owner, tbl, tbl_oid, predictor_owner)) = job else {
         return (Refresh::Skipped, true);
     };
-    // The queued rows this refresh covers: those its snapshot sees.
-    let taken = Spi::get_one_with_args::<i64>(
-        "WITH d AS (DELETE FROM tributary._predict_dirty WHERE job = $1 RETURNING 1) SELECT pg_catalog.count(*) FROM d",
-        &[id.into()],
-    )
+    // The queued rows this refresh covers: those its snapshot sees; whether one asks for every
+    // row; the changed rows the others carry.
+    let (taken, every, changed) = Spi::connect_mut(|c| {
+        let mut rows = c.update(
+            "WITH d AS (DELETE FROM tributary._predict_dirty WHERE job = $1 RETURNING changed) \
+             SELECT (SELECT pg_catalog.count(*) FROM d), \
+                    (SELECT pg_catalog.bool_or(d.changed IS NULL) FROM d), \
+                    (SELECT pg_catalog.jsonb_agg(e) FROM d CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(d.changed) e \
+                      WHERE d.changed IS NOT NULL)",
+            None,
+            &[id.into()],
+        )?;
+        match rows.next() {
+            Some(r) => Ok::<_, pgrx::spi::Error>((
+                r.get::<i64>(1)?.unwrap_or(0),
+                r.get::<bool>(2)?.unwrap_or(false),
+                r.get::<pgrx::JsonB>(3)?,
+            )),
+            None => Ok((0, false, None)),
+        }
+    })
     .map_err(spi_error)
-    .or_raise()
-    .unwrap_or(0);
+    .or_raise();
     if taken == 0 {
         return (Refresh::Skipped, true);
     }
+    // The changed rows alone when they are few enough (every row otherwise).
+    let changed = match changed {
+        Some(j)
+            if !every
+                && j.0.as_array().map_or(0, Vec::len) <= 2 * gucs::predict_job_rows() as usize =>
+        {
+            Some(j)
+        }
+        _ => None,
+    };
     let Some(owner) = owner else {
         pgrx::pg_sys::panic::ErrorReport::new(
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
@@ -153,15 +181,26 @@ fn refresh(id: i64) -> (Refresh, bool) {
     // By its schema and exact argument types (text, name, oid, oid): nothing in the extension's
     // schema or on the owner's search_path can take its place.
     let written = as_user(owner, || {
-        Spi::get_one_with_args::<i64>(
-            "SELECT tributary._predict_column_job(CAST($1 AS pg_catalog.text), CAST($2 AS pg_catalog.name), $3, $4)",
-            &[
-                predictor.as_str().into(),
-                target.as_str().into(),
-                tbl_oid.into(),
-                predictor_owner.unwrap_or_default().into(),
-            ],
-        )
+        let args = vec![
+            predictor.as_str().into(),
+            target.as_str().into(),
+            tbl_oid.into(),
+            predictor_owner.unwrap_or_default().into(),
+        ];
+        match changed {
+            Some(rows) => {
+                let mut args = args;
+                args.push(rows.into());
+                Spi::get_one_with_args::<i64>(
+                    "SELECT tributary._predict_rows_job(CAST($1 AS pg_catalog.text), CAST($2 AS pg_catalog.name), $3, $4, $5)",
+                    &args,
+                )
+            }
+            None => Spi::get_one_with_args::<i64>(
+                "SELECT tributary._predict_column_job(CAST($1 AS pg_catalog.text), CAST($2 AS pg_catalog.name), $3, $4)",
+                &args,
+            ),
+        }
         .map_err(spi_error)
         .or_raise()
     })

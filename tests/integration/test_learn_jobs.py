@@ -288,3 +288,58 @@ def test_refresh_interrupted_or_failing(env):
             su.execute("SELECT pg_reload_conf()")
         owner.execute("SELECT tributary_predict_job_drop(%s)", (job_id,))
         assert su.execute("SELECT count(*) FROM tributary._predict_dirty").fetchone()[0] == 0
+
+
+def test_a_change_refreshes_only_the_rows_it_reaches(env):
+    """With a one-column primary key the job's triggers queue the changed rows, and a refresh
+    predicts only the unlabelled rows they reach: the row itself, and the rows sharing a history
+    group with it that are later in as_of (through indexes). After inserts, a label change and a
+    delete, rows_done grew by exactly those rows, and every prediction is what
+    tributary_predict_column would write now."""
+    with connect(env["su"]) as su, connect(env["owner"]) as owner:
+        owner.execute("DROP TABLE IF EXISTS ev, ev_person, ev_su, who_log, mode CASCADE")
+        owner.execute("DROP FUNCTION IF EXISTS log_guess(), slow_or_fail()")
+        for p in ("p", "p_su"):
+            su.execute("SELECT tributary_drop_predictor(%s)", (p,))
+        make_table(owner)
+        owner.execute("CREATE INDEX ON ev (person_id, day)")
+        owner.execute("SELECT * FROM tributary_train('p', 'ev', 'kind', as_of => 'day')").fetchall()
+        job_id = owner.execute("SELECT tributary_predict_job_create('p', 'guess')").fetchone()[0]
+        assert sorted(r[0] for r in su.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'ev'::regclass AND tgname LIKE %s",
+            (f"tributary_predict_{job_id}%",))) == [f"tributary_predict_{job_id}", f"tributary_predict_{job_id}_delete",
+                                                  f"tributary_predict_{job_id}_insert", f"tributary_predict_{job_id}_update"]
+        wait_until(lambda i: job(su, i), job_id, lambda j: j["runs"] >= 1 or j["state"] != "active", 120, "the first refresh")
+        settled(su, job_id)
+        assert job(su, job_id)["rows_done"] == 41
+
+        def change(sql, reached, what):
+            # (fresh_equals_job's writes of `copy` are changes too: their refresh first.)
+            settled(su, job_id)
+            before = job(su, job_id)
+            owner.execute(sql)
+            j = wait_until(lambda i: job(su, i), job_id,
+                           lambda j: j["runs"] > before["runs"] or j["state"] != "active", 120, what)
+            settled(su, job_id)
+            j = job(su, job_id)
+            assert j["state"] == "active" and j["last_error"] is None, j
+            assert j["rows_done"] - before["rows_done"] == reached, (what, j["rows_done"] - before["rows_done"], reached)
+            diff, n, filled = fresh_equals_job(owner)
+            assert diff == 0 and n == filled, (what, diff, n, filled)
+
+        # A new unlabelled row of person 7 (the latest of its rows): that row alone.
+        change("INSERT INTO ev (id, person_id, day, note) VALUES (801, 7, 101, 'event number 801')", 1, "an insert")
+        # An earlier label of person 7 (event 406, day 50): its later unlabelled rows, 766 and 801.
+        reached = owner.execute("SELECT count(*) FROM ev WHERE person_id = 7 AND day > 50 AND kind IS NULL").fetchone()[0]
+        assert reached == 2
+        change("UPDATE ev SET kind = 'a' WHERE id = 406", reached, "a label change")
+        # A deleted labelled row of person 8 (event 487, day 60): its later unlabelled row, 767.
+        change("DELETE FROM ev WHERE id = 487", 1, "a delete")
+        # A change of another column (event 1's note, person 2, day 0): the later unlabelled rows
+        # of person 2; the job's own writes queue nothing.
+        reached = owner.execute("SELECT count(*) FROM ev WHERE person_id = 2 AND day > 0 AND kind IS NULL").fetchone()[0]
+        change("UPDATE ev SET note = 'changed' WHERE id = 1", reached, "another column")
+        settled(su, job_id)
+        assert job(su, job_id)["pending"] == 0
+        owner.execute("SELECT tributary_predict_job_drop(%s)", (job_id,))
+        assert su.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tributary_predict_%'").fetchone()[0] == 0
