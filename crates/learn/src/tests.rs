@@ -932,3 +932,37 @@ fn the_head_checks_the_control_while_it_predicts() {
     );
     assert_eq!(ctl.checks_after.get(), 1);
 }
+
+/// A model with crossed paths reads back and predicts: the stored paths are the dataset's, the
+/// layout adds the crossed ones once (a model whose layout counted them twice was rejected as
+/// invalid on chinook).
+#[test]
+fn a_model_with_crossed_paths_reads_back_and_predicts() {
+    let n = 600;
+    let mut ds = synth(n, true);
+    // Two parents of one group a row: a customer (the label's colour decides half of them) and
+    // a category; their pairs are shared by several rows.
+    ds.paths = vec![
+        GroupPath {
+            name: "customer".into(),
+            pairs: (0..n as u32).map(|r| (r, (r % 12) as u64)).collect(),
+        },
+        GroupPath {
+            name: "category".into(),
+            pairs: (0..n as u32).map(|r| (r, (r % 5) as u64)).collect(),
+        },
+    ];
+    let roles = vec![Role::Train; n];
+    let t = train(&ds, &roles, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
+    assert!(
+        t.feature_names.iter().any(|f| f.starts_with("customer&category:")),
+        "{:?}",
+        t.feature_names
+    );
+    let m = Model::from_bytes(&t.model.to_bytes()).unwrap();
+    assert_eq!(m.feature_names(), &t.feature_names[..]);
+    let p = predict(&m, &ds, &[5, 300, 599], &NoCtl).unwrap();
+    assert_eq!(p.len(), 3);
+    assert!(p.iter().all(|x| x.label.is_some()));
+    assert!(p[0].history.iter().any(|(name, _)| name == "customer&category"));
+}

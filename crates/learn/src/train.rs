@@ -682,7 +682,7 @@ pub fn train(
         feature_names: feature_names.clone(),
         k,
         has_knn: lay.has_knn,
-        paths: lay.paths.clone(),
+        paths: ds.paths.iter().map(|p| p.name.clone()).collect(),
         numbers: lay.numbers.clone(),
         categories: lay.cats.clone(),
         text: text_model,
