@@ -5,11 +5,11 @@
 # out-of-fold text probabilities, hand-built as-of history per foreign-key path and the columns),
 # forward in time, all in one command on a throwaway cluster. Prints a markdown table; writes
 # benches/results/learn_DATASET.json. Reports numbers; asserts nothing. See benches/learn.py.
-# Usage: benches/learn.sh films|lahman|lahman-100k|chinook|chinook-basket [K=10]    (SKIP_SETUP=1 skips scripts/setup.sh)
+# Usage: benches/learn.sh films|lahman|lahman-100k|chinook|chinook-basket|cold-pynews [K=10]    (SKIP_SETUP=1 skips scripts/setup.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-DATASET=${1:?usage: benches/learn.sh films|lahman|lahman-100k|chinook|chinook-basket [K]}
+DATASET=${1:?usage: benches/learn.sh films|lahman|lahman-100k|chinook|chinook-basket|cold-pynews [K]}
 K=${2:-10}
 case "$DATASET" in
   films) PORT=55481 ;;
@@ -17,7 +17,8 @@ case "$DATASET" in
   lahman-100k) PORT=55485 ;;
   chinook) PORT=55483 ;;
   chinook-basket) PORT=55484 ;;
-  *) echo "unknown dataset $DATASET (films, lahman, lahman-100k, chinook, chinook-basket)" >&2; exit 2 ;;
+  cold-pynews) PORT=55486 ;;
+  *) echo "unknown dataset $DATASET (films, lahman, lahman-100k, chinook, chinook-basket, cold-pynews)" >&2; exit 2 ;;
 esac
 [ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh >/dev/null
 # The baselines' packages and the data (pinned in benches/requirements.txt).
