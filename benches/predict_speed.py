@@ -6,7 +6,7 @@ a markdown table; writes benches/results/predict_speed.json. Reports numbers; as
 Data: the films of scripts/films.py (PyPI bokeh-sampledata: 17,029 films with a genre, their
 directors, writers and cast through the link table film_person), each film's title embedded once
 by tributary_embed_column (the default model, vector(384)). A size of N rows repeats the films
-ceil(N / 17,029) times and keeps the first N: copy c of film f is film c * 1,000,000 + f with
+ceil(N / 17,029) times and keeps the first N: copy c of film f is film c * 100,000,000 + f with
 f's columns, f's embedding and f's people (so a person's history grows with the copies). Label
 film.genre, as_of film.year; the films of 2010 and later are unlabelled (the rows predicted).
 Indexes: the primary keys, film_person (person_id), film (year), and HNSW (cosine) on the
@@ -85,7 +85,7 @@ def build(dsn: str, n: int, name: str, one_column_key: bool = True) -> None:
         c.execute(f"""CREATE TABLE {name} ({key}, title text, year int, rated text, runtime_min real,
                        language text, country text, genre text, guess text, e vector(384))""")
         c.execute(f"""INSERT INTO {name} SELECT * FROM (
-                        SELECT c * 1000000 + f.film_id{', c' if not one_column_key else ''}, f.title, f.year, f.rated,
+                        SELECT c * 100000000 + f.film_id{', c' if not one_column_key else ''}, f.title, f.year, f.rated,
                                f.runtime_min, f.language, f.country, f.genre, NULL, f.e
                           FROM base.film f CROSS JOIN generate_series(0, {copies - 1}) c
                          WHERE f.genre IS NOT NULL ORDER BY c, f.film_id LIMIT {n}) s""")
@@ -94,7 +94,7 @@ def build(dsn: str, n: int, name: str, one_column_key: bool = True) -> None:
             c.execute(f"""CREATE TABLE {name}_person (film_id bigint REFERENCES {name}, person_id int REFERENCES base.person,
                            role text, PRIMARY KEY (film_id, person_id, role))""")
             c.execute(f"""INSERT INTO {name}_person SELECT x.film_id, p.person_id, p.role FROM {name} x
-                           JOIN base.film_person p ON p.film_id = x.film_id % 1000000""")
+                           JOIN base.film_person p ON p.film_id = x.film_id % 100000000""")
             c.execute(f"CREATE INDEX ON {name}_person (person_id)")
         c.execute(f"CREATE INDEX ON {name} (year)")
         c.execute(f"CREATE INDEX ON {name} USING hnsw (e vector_cosine_ops)")
@@ -143,7 +143,7 @@ def measure(dsn: str, n: int, rows: int) -> dict:
                   "history => '{}')").fetchall()
         bq = ("SELECT p.prediction FROM tributary_predict('p_nk', (SELECT f FROM film_nk f "
               "WHERE f.film_id = %s AND f.copy = 0)) p")
-        base_ids = [i for i in sample if i < 1000000][:5]
+        base_ids = [i for i in sample if i < 100000000][:5]
         bt = []
         for i in base_ids:
             t0 = time.perf_counter()
@@ -168,7 +168,7 @@ def measure(dsn: str, n: int, rows: int) -> dict:
         for k in range(20):
             time.sleep(1.2)   # the refresh of the previous insert is over; one poll interval passed
             before = c.execute("SELECT rows_done FROM tributary.predict_jobs WHERE id = %s", (job,)).fetchone()[0]
-            fid = 900_000_000 + k
+            fid = 9_000_000_000_000 + k
             with c.transaction():
                 c.execute("INSERT INTO film (film_id, title, year, rated, language, country, e) "
                           "SELECT %s, 'A new film ' || %s, 2014, rated, language, country, e FROM film WHERE film_id = %s",

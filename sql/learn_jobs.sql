@@ -14,8 +14,10 @@
 -- they reach (each changed row itself, and the rows sharing a history group with it that are
 -- later in as_of: tributary._predict_rows_job), through indexes, so that a new row's prediction
 -- is written a moment after its commit whatever the table's size. A statement of more than
--- tributary.predict_job_rows rows, a TRUNCATE, and any change of a parent or link table queue a
--- refresh of every row; so do jobs made before 0.12.0 (their triggers are statement-level). A worker picks a job with queued rows, at most once per
+-- tributary.predict_job_rows rows, a TRUNCATE, and any change of a parent table or of a link
+-- table of a parent queue a refresh of every row; so do jobs made before 0.12.0 (their
+-- triggers are statement-level). A change of a link table of the job's table queues the rows of
+-- the table its changed rows reference (tributary._predict_trigger_links). A worker picks a job with queued rows, at most once per
 -- tributary.job_poll_interval per job, and in one transaction takes the queued rows, runs
 -- tributary_predict_column(predictor, target) as the table's owner (read from pg_class at each
 -- refresh, like every job) and records the refresh: a crash before the commit leaves the queued
@@ -133,6 +135,39 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION tributary._predict_trigger_rows() FROM PUBLIC;
 
+-- The same for a link table of the job's table (a foreign key of one column to its one-column
+-- primary key, and another foreign key): TG_ARGV = (job, the link table's column referencing the
+-- job's table, the job's table, its primary key column). Queues the rows of the job's table that
+-- the changed link rows reference, as they are now (their groups through the link table as
+-- changed): the refresh predicts the rows those reach. (A removed link's other side is not
+-- reached: the next refresh of every row brings its rows up to date.)
+CREATE FUNCTION tributary._predict_trigger_links() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
+DECLARE
+    job bigint := CAST(TG_ARGV[0] AS pg_catalog.int8);
+    lim bigint := coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000);
+    changed jsonb;
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job AND j.state OPERATOR(pg_catalog.=) 'active') THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(t)) FROM (SELECT t FROM %s t WHERE t.%I = ANY (ARRAY(%s)) LIMIT %s) s(t)',
+                   TG_ARGV[2], TG_ARGV[3],
+                   CASE TG_OP WHEN 'INSERT' THEN format('SELECT DISTINCT l.%I FROM tributary_new l', TG_ARGV[1])
+                              WHEN 'DELETE' THEN format('SELECT DISTINCT l.%I FROM tributary_old l', TG_ARGV[1])
+                              ELSE format('SELECT l.%I FROM tributary_old l UNION SELECT l.%I FROM tributary_new l', TG_ARGV[1], TG_ARGV[1]) END,
+                   lim + 1)
+       INTO n, changed;
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, CASE WHEN n <= lim THEN changed END);
+    PERFORM tributary._wake_launcher();
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._predict_trigger_links() FROM PUBLIC;
+
 -- The tables whose rows a predictor over `tbl` reads besides tbl: the tables its foreign keys
 -- reference and theirs, up to three hops (parents, grandparents, great-grandparents: their
 -- numbers, text and keys are features), and the link tables of tbl and of its parents (a
@@ -177,6 +212,7 @@ DECLARE
     why    text;
     others text[] := '{}';
     pk     name[];
+    lcol   name;
 BEGIN
     IF pred IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'predictor and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -248,6 +284,21 @@ BEGIN
             others := others || rel::text;
             CONTINUE;
         END IF;
+        -- A link table of the table (row triggers possible): the rows of the table it references.
+        lcol := CASE WHEN kind IN ('r', 'p') AND cardinality(pk) = 1 THEN
+                    (SELECT f.cols[1] FROM tributary._learn_fkeys(rel) f
+                      WHERE f.ref = p.tbl AND cardinality(f.cols) = 1 AND f.ref_cols = pk LIMIT 1) END;
+        IF lcol IS NOT NULL AND (SELECT c.relkind FROM pg_class c WHERE c.oid = rel) IN ('r', 'p') THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_links(%L, %L, %L, %L)',
+                           'tributary_predict_' || job || '_insert', rel, job, lcol, p.tbl, pk[1]);
+            EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_links(%L, %L, %L, %L)',
+                           'tributary_predict_' || job || '_update', rel, job, lcol, p.tbl, pk[1]);
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS tributary_old FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_links(%L, %L, %L, %L)',
+                           'tributary_predict_' || job || '_delete', rel, job, lcol, p.tbl, pk[1]);
+            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                           'tributary_predict_' || job, rel, job);
+            CONTINUE;
+        END IF;
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
                        'tributary_predict_' || job, rel, job);
     END LOOP;
@@ -282,7 +333,8 @@ BEGIN
     FOR t IN SELECT g.tgrelid::regclass AS rel, g.tgname FROM pg_trigger g
               WHERE g.tgname IN ('tributary_predict_' || j.id, 'tributary_predict_' || j.id || '_insert',
                                  'tributary_predict_' || j.id || '_update', 'tributary_predict_' || j.id || '_delete')
-                AND g.tgfoid IN ('tributary._predict_trigger()'::regprocedure, 'tributary._predict_trigger_rows()'::regprocedure) LOOP
+                AND g.tgfoid IN ('tributary._predict_trigger()'::regprocedure, 'tributary._predict_trigger_rows()'::regprocedure,
+                                 'tributary._predict_trigger_links()'::regprocedure) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
     END LOOP;
     DELETE FROM tributary._predict_jobs WHERE id = j.id;
@@ -314,6 +366,8 @@ COMMENT ON TABLE tributary._predict_jobs IS 'Predict jobs (tributary_predict_job
 COMMENT ON TABLE tributary._predict_dirty IS 'Internal: one row per statement that may change a predict job''s predictions, taken by the refresh that covers it.';
 COMMENT ON VIEW tributary.predict_jobs IS 'Predict jobs of tables the current role owns (or is a member of the owner of): state, refreshes, rows written, the last error and the statements pending.';
 COMMENT ON FUNCTION tributary._predict_trigger() IS 'Internal: the statement-level trigger of predict jobs (queues a refresh, wakes the workers at commit).';
+COMMENT ON FUNCTION tributary._predict_trigger_rows() IS 'Internal: the row-level view of a statement on a predict job''s own table (queues the changed rows, wakes the workers at commit).';
+COMMENT ON FUNCTION tributary._predict_trigger_links() IS 'Internal: the row-level view of a statement on a link table of a predict job''s table (queues the rows it references).';
 COMMENT ON FUNCTION tributary._predict_related(regclass) IS 'Internal: the tables a predictor over a table reads besides it (referenced tables and link tables).';
 COMMENT ON FUNCTION tributary._predict_job_create(oid, jsonb) IS 'Internal: tributary_predict_job_create, as the extension''s owner.';
 COMMENT ON FUNCTION tributary._predict_job_drop(oid, jsonb) IS 'Internal: tributary_predict_job_drop, as the extension''s owner.';

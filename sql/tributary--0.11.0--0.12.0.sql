@@ -746,6 +746,41 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION tributary._predict_trigger_rows() FROM PUBLIC;
 
+-- The same for a link table of the job's table (a foreign key of one column to its one-column
+-- primary key, and another foreign key): TG_ARGV = (job, the link table's column referencing the
+-- job's table, the job's table, its primary key column). Queues the rows of the job's table that
+-- the changed link rows reference, as they are now (their groups through the link table as
+-- changed): the refresh predicts the rows those reach. (A removed link's other side is not
+-- reached: the next refresh of every row brings its rows up to date.)
+CREATE FUNCTION tributary._predict_trigger_links() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
+DECLARE
+    job bigint := CAST(TG_ARGV[0] AS pg_catalog.int8);
+    lim bigint := coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000);
+    changed jsonb;
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job AND j.state OPERATOR(pg_catalog.=) 'active') THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(t)) FROM (SELECT t FROM %s t WHERE t.%I = ANY (ARRAY(%s)) LIMIT %s) s(t)',
+                   TG_ARGV[2], TG_ARGV[3],
+                   CASE TG_OP WHEN 'INSERT' THEN format('SELECT DISTINCT l.%I FROM tributary_new l', TG_ARGV[1])
+                              WHEN 'DELETE' THEN format('SELECT DISTINCT l.%I FROM tributary_old l', TG_ARGV[1])
+                              ELSE format('SELECT l.%I FROM tributary_old l UNION SELECT l.%I FROM tributary_new l', TG_ARGV[1], TG_ARGV[1]) END,
+                   lim + 1)
+       INTO n, changed;
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, CASE WHEN n <= lim THEN changed END);
+    PERFORM tributary._wake_launcher();
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION tributary._predict_trigger_links() FROM PUBLIC;
+COMMENT ON FUNCTION tributary._predict_trigger_rows() IS 'Internal: the row-level view of a statement on a predict job''s own table (queues the changed rows, wakes the workers at commit).';
+COMMENT ON FUNCTION tributary._predict_trigger_links() IS 'Internal: the row-level view of a statement on a link table of a predict job''s table (queues the rows it references).';
+
 CREATE OR REPLACE FUNCTION tributary._predict_job_create(caller oid, a jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_variable
@@ -761,6 +796,7 @@ DECLARE
     why    text;
     others text[] := '{}';
     pk     name[];
+    lcol   name;
 BEGIN
     IF pred IS NULL OR target IS NULL THEN
         RAISE EXCEPTION 'predictor and target must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -832,6 +868,21 @@ BEGIN
             others := others || rel::text;
             CONTINUE;
         END IF;
+        -- A link table of the table (row triggers possible): the rows of the table it references.
+        lcol := CASE WHEN kind IN ('r', 'p') AND cardinality(pk) = 1 THEN
+                    (SELECT f.cols[1] FROM tributary._learn_fkeys(rel) f
+                      WHERE f.ref = p.tbl AND cardinality(f.cols) = 1 AND f.ref_cols = pk LIMIT 1) END;
+        IF lcol IS NOT NULL AND (SELECT c.relkind FROM pg_class c WHERE c.oid = rel) IN ('r', 'p') THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_links(%L, %L, %L, %L)',
+                           'tributary_predict_' || job || '_insert', rel, job, lcol, p.tbl, pk[1]);
+            EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_links(%L, %L, %L, %L)',
+                           'tributary_predict_' || job || '_update', rel, job, lcol, p.tbl, pk[1]);
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS tributary_old FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger_links(%L, %L, %L, %L)',
+                           'tributary_predict_' || job || '_delete', rel, job, lcol, p.tbl, pk[1]);
+            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
+                           'tributary_predict_' || job, rel, job);
+            CONTINUE;
+        END IF;
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION tributary._predict_trigger(%L)',
                        'tributary_predict_' || job, rel, job);
     END LOOP;
@@ -866,7 +917,8 @@ BEGIN
     FOR t IN SELECT g.tgrelid::regclass AS rel, g.tgname FROM pg_trigger g
               WHERE g.tgname IN ('tributary_predict_' || j.id, 'tributary_predict_' || j.id || '_insert',
                                  'tributary_predict_' || j.id || '_update', 'tributary_predict_' || j.id || '_delete')
-                AND g.tgfoid IN ('tributary._predict_trigger()'::regprocedure, 'tributary._predict_trigger_rows()'::regprocedure) LOOP
+                AND g.tgfoid IN ('tributary._predict_trigger()'::regprocedure, 'tributary._predict_trigger_rows()'::regprocedure,
+                                 'tributary._predict_trigger_links()'::regprocedure) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
     END LOOP;
     DELETE FROM tributary._predict_jobs WHERE id = j.id;

@@ -15,8 +15,7 @@ mod record;
 
 use crate::service::learn::{
     check_owner, learn_error, load, prediction_outputs, raise_with, record_output, short, spec,
-    spec_of, split_value, store, stored,
-    Fnv, Loaded, NewPredictor, Options, PgControl, Source,
+    spec_of, split_value, store, stored, Fnv, Loaded, NewPredictor, Options, PgControl, Source,
 };
 
 /// The longest predictor name, in bytes (as PostgreSQL's own object names).

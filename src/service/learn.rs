@@ -225,7 +225,8 @@ impl Hasher for Fnv {
 
 /// A related rows' query of the plan with the record (`$1`) and the k-NN candidates' count.
 fn related_rows(sql: &str, k5: usize) -> String {
-    sql.replace("%ROW%", "($1)").replace("%K5%", &k5.to_string())
+    sql.replace("%ROW%", "($1)")
+        .replace("%K5%", &k5.to_string())
 }
 
 fn group_id(path: usize, text: &str) -> u64 {

@@ -297,14 +297,27 @@ def test_a_change_refreshes_only_the_rows_it_reaches(env):
     delete, rows_done grew by exactly those rows, and every prediction is what
     tributary_predict_column would write now."""
     with connect(env["su"]) as su, connect(env["owner"]) as owner:
-        owner.execute("DROP TABLE IF EXISTS ev, ev_person, ev_su, who_log, mode CASCADE")
+        owner.execute("DROP TABLE IF EXISTS ev_tag, ev_tagname, ev, ev_person, ev_su, who_log, mode CASCADE")
         owner.execute("DROP FUNCTION IF EXISTS log_guess(), slow_or_fail()")
         for p in ("p", "p_su"):
             su.execute("SELECT tributary_drop_predictor(%s)", (p,))
         make_table(owner)
         owner.execute("CREATE INDEX ON ev (person_id, day)")
+        # A link table of ev: events tagged, tags shared.
+        owner.execute("""
+            CREATE TABLE ev_tagname (tag_id int PRIMARY KEY, name text);
+            INSERT INTO ev_tagname SELECT g, 'tag ' || g FROM generate_series(1, 20) g;
+            CREATE TABLE ev_tag (id int REFERENCES ev, tag_id int REFERENCES ev_tagname, PRIMARY KEY (id, tag_id));
+            CREATE INDEX ON ev_tag (tag_id);
+            INSERT INTO ev_tag SELECT i, 1 + i % 20 FROM generate_series(1, 700) i;
+        """)
         owner.execute("SELECT * FROM tributary_train('p', 'ev', 'kind', as_of => 'day')").fetchall()
+        assert "ev_tag.tag_id:count" in owner.execute("SELECT features FROM tributary.predictors WHERE name = 'p'").fetchone()[0]
         job_id = owner.execute("SELECT tributary_predict_job_create('p', 'guess')").fetchone()[0]
+        assert sorted(r[0] for r in su.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'ev_tag'::regclass AND tgname LIKE %s",
+            (f"tributary_predict_{job_id}%",))) == [f"tributary_predict_{job_id}", f"tributary_predict_{job_id}_delete",
+                                                  f"tributary_predict_{job_id}_insert", f"tributary_predict_{job_id}_update"]
         assert sorted(r[0] for r in su.execute(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'ev'::regclass AND tgname LIKE %s",
             (f"tributary_predict_{job_id}%",))) == [f"tributary_predict_{job_id}", f"tributary_predict_{job_id}_delete",
@@ -329,15 +342,33 @@ def test_a_change_refreshes_only_the_rows_it_reaches(env):
 
         # A new unlabelled row of person 7 (the latest of its rows): that row alone.
         change("INSERT INTO ev (id, person_id, day, note) VALUES (801, 7, 101, 'event number 801')", 1, "an insert")
-        # An earlier label of person 7 (event 406, day 50): its later unlabelled rows, 766 and 801.
-        reached = owner.execute("SELECT count(*) FROM ev WHERE person_id = 7 AND day > 50 AND kind IS NULL").fetchone()[0]
-        assert reached == 2
+        # An earlier label of person 7 (event 406, day 50, tag 7): the later unlabelled rows of
+        # person 7 (766 and 801) and of tag 7.
+        reached = owner.execute("""
+            SELECT count(*) FROM ev x WHERE x.kind IS NULL AND x.day > 50
+               AND (x.person_id = 7 OR x.id IN (SELECT id FROM ev_tag WHERE tag_id = 7))
+        """).fetchone()[0]
+        assert reached >= 2
         change("UPDATE ev SET kind = 'a' WHERE id = 406", reached, "a label change")
-        # A deleted labelled row of person 8 (event 487, day 60): its later unlabelled row, 767.
-        change("DELETE FROM ev WHERE id = 487", 1, "a delete")
+        # A deleted labelled row of person 8 without tags (event 727, day 90): its later
+        # unlabelled row, 767.
+        change("DELETE FROM ev WHERE id = 727", 1, "a delete")
+        # A new link (event 801 tagged 3): 801 itself (no later rows share its person or tags).
+        change("INSERT INTO ev_tag VALUES (801, 3)", 1, "a link")
+        # A link of an earlier labelled row (event 600, day 75, tagged 4 now): the later unlabelled
+        # rows sharing its person or one of its tags.
+        reached = owner.execute("""
+            SELECT count(*) FROM ev x WHERE x.kind IS NULL AND x.day > 75
+               AND (x.person_id = (SELECT person_id FROM ev WHERE id = 600)
+                    OR x.id IN (SELECT id FROM ev_tag WHERE tag_id IN (SELECT tag_id FROM ev_tag WHERE id = 600 UNION SELECT 4)))
+        """).fetchone()[0]
+        change("INSERT INTO ev_tag VALUES (600, 4)", reached, "a link of an earlier row")
         # A change of another column (event 1's note, person 2, day 0): the later unlabelled rows
         # of person 2; the job's own writes queue nothing.
-        reached = owner.execute("SELECT count(*) FROM ev WHERE person_id = 2 AND day > 0 AND kind IS NULL").fetchone()[0]
+        reached = owner.execute("""
+            SELECT count(*) FROM ev x WHERE x.kind IS NULL AND x.day > 0
+               AND (x.person_id = 2 OR x.id IN (SELECT id FROM ev_tag WHERE tag_id IN (SELECT tag_id FROM ev_tag WHERE id = 1)))
+        """).fetchone()[0]
         change("UPDATE ev SET note = 'changed' WHERE id = 1", reached, "another column")
         settled(su, job_id)
         assert job(su, job_id)["pending"] == 0

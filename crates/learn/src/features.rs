@@ -43,9 +43,7 @@ impl Layout<'_> {
     /// Columns per path: the shares and the count (numbers: the mean and the count), then the
     /// age and the rows with `path_stats`.
     pub(crate) fn path_w(&self) -> usize {
-        self.hist_w()
-            + usize::from(self.classes.is_some())
-            + if self.path_stats { 2 } else { 0 }
+        self.hist_w() + usize::from(self.classes.is_some()) + if self.path_stats { 2 } else { 0 }
     }
     pub(crate) fn nf(&self) -> usize {
         self.knn_w()

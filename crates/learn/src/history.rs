@@ -182,7 +182,11 @@ pub(crate) fn stats(
                     }
                     a += 1;
                 }
-                out.rows[qi] = g.of(queries[qi] as usize).iter().map(|&gi| size[gi as usize]).sum();
+                out.rows[qi] = g
+                    .of(queries[qi] as usize)
+                    .iter()
+                    .map(|&gi| size[gi as usize])
+                    .sum();
             }
         }
     }

@@ -21,7 +21,13 @@
 //!    model's own score on the validation slice (fitted on the earlier training rows), as
 //!    scikit-learn's C is chosen for TF-IDF + logistic regression; the first without a slice.
 //! 3. `{path}:{class}` (share) and `{path}:count` (or `{path}:mean`, `{path}:count`): labels of
-//!    the known rows sharing a group with the row through each [`GroupPath`], summed over its groups.
+//!    the known rows sharing a group with the row through each [`GroupPath`], summed over its
+//!    groups; then `{path}:log_age` (ln(1 + the row's as_of minus the newest of those labels'))
+//!    and `{path}:log_rows` (ln(1 + the rows of any label, or none, sharing a group and strictly
+//!    earlier than the row): what carries over to a row whose entity is new. The paths are the
+//!    dataset's, then *crossed* paths: for two paths of at most one group a row, the rows sharing
+//!    both groups (a customer's purchases in this product's category), where that says more than
+//!    either (`history::cross`; at most the first five such paths are crossed).
 //! 4. the `numbers` as they are (NaN = NULL), each `categories` column as an integer code (vocabulary
 //!    of the training rows, most frequent first; unknown or NULL = missing).
 //!
@@ -33,6 +39,21 @@
 //! row's label enters them (history, k-NN votes, and text probabilities from a text model of the
 //! earlier rows alone), so the scores (and the report's validation rows) expect history as old as
 //! a held-out period will have.
+//!
+//! # The training rows' history (issue 47)
+//! A predicted row's history stops at the last label known when it is predicted; a training
+//! row's, built from every earlier label, would be fresher than any predicted row's. With as_of
+//! the training rows' history is built in forward time blocks ("blocked"): the training rows in
+//! as_of order make 6 blocks of equal size, and a row of block b counts only the labels of rows
+//! earlier than its block's first row (block 0: none), as a held-out period sees the labels
+//! before it; the age feature tells the head how stale that is. The other scheme ("fresh":
+//! every strictly earlier label, as a row predicted when it arrives sees) is a candidate too:
+//! the first candidate head (the GBDT with the k-NN votes, or what the algorithm allows) is
+//! fitted with both on the earlier rows and scored on the stale validation slice; the better
+//! scheme's features (ties: blocked) then serve the other candidates, and the best (k-NN votes
+//! or not, head) is refitted on all training rows ([`Model::history`] says which scheme). The k-NN votes and the text probabilities are the same in
+//! both schemes (the text model's are forward-chained over the same 6 blocks already). Predicted
+//! rows (and test rows) count every known label strictly earlier than themselves.
 
 mod gbdt;
 mod history;

@@ -217,7 +217,13 @@ fn later_label_never_reaches_earlier_features() {
     // features for the earlier rows -> compare via training with only early rows known.
 }
 
-fn counts(p: &GroupPath, n: usize, as_of: Option<&[f64]>, known: &[Option<Y>], w: usize) -> Vec<f64> {
+fn counts(
+    p: &GroupPath,
+    n: usize,
+    as_of: Option<&[f64]>,
+    known: &[Option<Y>],
+    w: usize,
+) -> Vec<f64> {
     let q: Vec<u32> = (0..n as u32).collect();
     history::stats(p, n, as_of, known, w, &q, None).counts
 }
@@ -285,7 +291,11 @@ fn history_is_never_newer_than_the_cut() {
                 }
                 if let (Some(Y::Class(c)), true) = (known[j], t[j] < cut[r]) {
                     want[c as usize] += 1.0;
-                    newest = if newest.is_nan() { t[j] } else { newest.max(t[j]) };
+                    newest = if newest.is_nan() {
+                        t[j]
+                    } else {
+                        newest.max(t[j])
+                    };
                 }
             }
             assert_eq!(&st.counts[r * 2..r * 2 + 2], &want, "row {r}");
@@ -352,7 +362,9 @@ fn blocked_history_sees_only_earlier_blocks() {
     let feats_of = |ds: &Dataset| {
         let known = known_labels(ds, Some(&classes), |i| roles[i] == Role::Train);
         let paths: Vec<&GroupPath> = ds.paths.iter().collect();
-        features(ds, &lay, &paths, &known, &q, &[], Some(&cut), 1, &sh).unwrap().0
+        features(ds, &lay, &paths, &known, &q, &[], Some(&cut), 1, &sh)
+            .unwrap()
+            .0
     };
     let (x0, x1) = (feats_of(&mk(None)), feats_of(&mk(Some(301))));
     let nf = lay.nf();
@@ -365,7 +377,11 @@ fn blocked_history_sees_only_earlier_blocks() {
     assert!(x0[5 * nf].is_nan() && x0[5 * nf + 2] == 0.0);
     assert_eq!(x0[250 * nf + 2], 200.0, "count");
     assert_eq!(x0[250 * nf + 3], 51f64.ln_1p() as f32, "age: 250 - 199");
-    assert_eq!(x0[250 * nf + 4], 250f64.ln_1p() as f32, "rows: every earlier row");
+    assert_eq!(
+        x0[250 * nf + 4],
+        250f64.ln_1p() as f32,
+        "rows: every earlier row"
+    );
     // And train() builds exactly these for the blocked scheme, and says which it chose.
     let m = train(&mk(None), &roles, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
     assert!(["blocked", "fresh"].contains(&m.model.history()));
@@ -955,7 +971,9 @@ fn a_model_with_crossed_paths_reads_back_and_predicts() {
     let roles = vec![Role::Train; n];
     let t = train(&ds, &roles, &opts(Algorithm::Gbdt), &NoCtl).unwrap();
     assert!(
-        t.feature_names.iter().any(|f| f.starts_with("customer&category:")),
+        t.feature_names
+            .iter()
+            .any(|f| f.starts_with("customer&category:")),
         "{:?}",
         t.feature_names
     );
@@ -964,5 +982,8 @@ fn a_model_with_crossed_paths_reads_back_and_predicts() {
     let p = predict(&m, &ds, &[5, 300, 599], &NoCtl).unwrap();
     assert_eq!(p.len(), 3);
     assert!(p.iter().all(|x| x.label.is_some()));
-    assert!(p[0].history.iter().any(|(name, _)| name == "customer&category"));
+    assert!(p[0]
+        .history
+        .iter()
+        .any(|(name, _)| name == "customer&category"));
 }

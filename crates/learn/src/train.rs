@@ -147,9 +147,8 @@ pub fn train(
     let stale = ds.as_of.is_some() && !valid.is_empty();
 
     // Memory: the big allocations, estimated before any is made.
-    let mut needed = nq * nf * 4 * 4
-        + n * 72
-        + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
+    let mut needed =
+        nq * nf * 4 * 4 + n * 72 + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
         needed += knn::memory(train_rows.len(), nq, e.dim, 5 * k, threads);
     }
@@ -489,59 +488,103 @@ pub fn train(
     // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
     // the GBDT's rounds, the scheme's index).
     let mut val_scores: Vec<(String, bool, Vec<f32>, usize, usize)> = Vec::new();
-    let mut has_plain = false;
+    let has_plain = knn_w > 0 && !valid.is_empty();
+    // One candidate: head `gbdt` or logistic, with the k-NN votes or not, on scheme `si`'s
+    // features; fitted on the early rows, scored on the validation rows.
+    let plains: Vec<Option<Vec<f32>>> = schemes
+        .iter()
+        .map(|&(_, xs)| has_plain.then(|| plain(xs)))
+        .collect();
+    let candidate = |si: usize,
+                     use_knn: bool,
+                     gbdt_head: bool|
+     -> Result<Option<(String, bool, Vec<f32>, usize, usize)>, Error> {
+        let xs = schemes[si].1;
+        let (xv, nfv): (&[f32], usize) = match (&plains[si], use_knn) {
+            (_, true) => (xs, nf),
+            (Some(xp), false) => (xp, nf - knn_w),
+            (None, false) => return Ok(None),
+        };
+        let mut p = vec![0f32; valid.len() * kout];
+        if gbdt_head {
+            let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
+                gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
+            })?;
+            for (i, &r) in valid.iter().enumerate() {
+                g.predict(
+                    &xv[r * nfv..(r + 1) * nfv],
+                    &mut p[i * kout..(i + 1) * kout],
+                );
+            }
+            Ok(Some(("gbdt".into(), use_knn, p, g.rounds.max(1), si)))
+        } else {
+            let h = polled(ctl, "logistic validation", 15, |sh| {
+                fit_lin_head(xv, nfv, &lay.cats, &hy, &early, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
+            })?;
+            let head = Head::Logistic(h);
+            for (i, &r) in valid.iter().enumerate() {
+                head_predict(
+                    &head,
+                    &xv[r * nfv..(r + 1) * nfv],
+                    &mut p[i * kout..(i + 1) * kout],
+                );
+            }
+            Ok(Some(("logistic".into(), use_knn, p, 0, si)))
+        }
+    };
+    let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
+    let score = |c: &(String, bool, Vec<f32>, usize, usize)| {
+        better(&metric(
+            "predictor",
+            &c.0,
+            "validation",
+            &hy,
+            &valid,
+            &c.2,
+            kout,
+        ))
+    };
+    // The scheme: both heads (as the algorithm allows) with every feature on each scheme's
+    // features; the scheme of the best of them is kept (ties: blocked); then the candidates
+    // without the k-NN votes on the chosen scheme's features only.
+    let heads: Vec<bool> = [true, false]
+        .into_iter()
+        .filter(|&g| if g { want_gbdt } else { want_lin })
+        .collect();
+    let mut chosen = 0;
     if !valid.is_empty() {
-        for (si, &(_, xs)) in schemes.iter().enumerate() {
-            // For the validation fits; the final fit's copy is made after the pick.
-            let xs_plain: Option<Vec<f32>> = (knn_w > 0).then(|| plain(xs));
-            has_plain |= xs_plain.is_some();
-            for use_knn in [false, true] {
-                let (xv, nfv): (&[f32], usize) = match (&xs_plain, use_knn) {
-                    (_, true) => (xs, nf),
-                    (Some(xp), false) => (xp, nf - knn_w),
-                    (None, false) => continue,
-                };
-                let catv = &lay.cats;
-                if want_gbdt {
-                    let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                        gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
-                            .ok_or(Error::Cancelled("stopped".into()))
-                    })?;
-                    let mut p = vec![0f32; valid.len() * kout];
-                    for (i, &r) in valid.iter().enumerate() {
-                        g.predict(
-                            &xv[r * nfv..(r + 1) * nfv],
-                            &mut p[i * kout..(i + 1) * kout],
-                        );
+        let mut best_sc = f64::NEG_INFINITY;
+        for si in 0..schemes.len() {
+            for &g in &heads {
+                if let Some(c) = candidate(si, true, g)? {
+                    let sc = score(&c);
+                    if sc > best_sc {
+                        best_sc = sc;
+                        chosen = si;
                     }
-                    val_scores.push(("gbdt".into(), use_knn, p, g.rounds.max(1), si));
-                }
-                if want_lin {
-                    let h = polled(ctl, "logistic validation", 15, |sh| {
-                        fit_lin_head(xv, nfv, catv, &hy, &early, sh)
-                            .ok_or(Error::Cancelled("stopped".into()))
-                    })?;
-                    let head = Head::Logistic(h);
-                    let mut p = vec![0f32; valid.len() * kout];
-                    for (i, &r) in valid.iter().enumerate() {
-                        head_predict(
-                            &head,
-                            &xv[r * nfv..(r + 1) * nfv],
-                            &mut p[i * kout..(i + 1) * kout],
-                        );
-                    }
-                    val_scores.push(("logistic".into(), use_knn, p, 0, si));
+                    val_scores.push(c);
                 }
             }
         }
+        for &g in &heads {
+            if let Some(c) = candidate(chosen, false, g)? {
+                val_scores.push(c);
+            }
+        }
+        // The chosen scheme's candidates only, in the order of the ties: without the k-NN
+        // votes first, the GBDT first.
+        val_scores.retain(|v| v.4 == chosen);
+        val_scores.sort_by_key(|v| (v.1, v.0 != "gbdt"));
     }
+    drop(plains);
     let val_metrics: Vec<MetricRow> = val_scores
         .iter()
         .map(|(a, _, p, _, _)| metric("predictor", a, "validation", &hy, &valid, p, kout))
         .collect();
     // The pick: the best validation score (accuracy, or -MAE) among the candidates the algorithm
     // allows; ties go to the earlier one: without the k-NN votes (fewer features), the GBDT first.
-    let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
     let mut best: Option<usize> = None;
     for (i, m) in val_metrics.iter().enumerate() {
         if best.is_none_or(|b| better(m) > better(&val_metrics[b])) {

@@ -91,7 +91,10 @@ pub(super) fn predict_record(name: &str, row: pgrx::AnyElement) -> Result<Predic
     };
     undo.apply(all);
     TableCache::keep(cache);
-    Ok(answer(preds.map_err(|e| learn_error(e, &ctl))?, &evidence_keys))
+    Ok(answer(
+        preds.map_err(|e| learn_error(e, &ctl))?,
+        &evidence_keys,
+    ))
 }
 
 /// The first prediction of `preds` as `tributary_predict` returns it; `evidence_keys`: the keys
@@ -134,7 +137,11 @@ const PLAN_CACHE_SIZE: usize = 8;
 /// size. The features are those of the whole table's (the same history counts; the k-NN votes
 /// exact unless an approximate index answers the nearest rows' query). None when the plan has
 /// no related rows' query (no one-column primary key): the caller reads the whole table.
-fn predict_related(name: &str, row: &pgrx::AnyElement, ctl: &PgControl) -> Result<Option<Predicted>> {
+fn predict_related(
+    name: &str,
+    row: &pgrx::AnyElement,
+    ctl: &PgControl,
+) -> Result<Option<Predicted>> {
     let head = crate::service::learn::stored_head(name)?;
     let oid = RegClass(head.tbl).lock()?;
     let table_version = crate::pg::spi::select_one::<String>(
@@ -195,14 +202,24 @@ fn predict_related(name: &str, row: &pgrx::AnyElement, ctl: &PgControl) -> Resul
             typoid: row.oid(),
             k5: 5 * head.options.k.max(1),
         };
-        let mut all = load(&entry.plan, related, ctl)?;
+        // The nearest rows' query filters (labelled, earlier): an approximate index keeps
+        // scanning until it has them all (pgvector's iterative scans), set for the read only.
+        let saved = iterative_scans(None)?;
+        let all = load(&entry.plan, related, ctl);
+        iterative_scans(Some(saved))?;
+        let mut all = all?;
         let same = all.keys.iter().position(|k| *k == key);
         let target = all.keys.len() as u32;
         append(&mut all, one, same);
-        let preds = learn::predict(model, &all.ds, &[target], ctl).map_err(|e| learn_error(e, ctl))?;
+        let preds =
+            learn::predict(model, &all.ds, &[target], ctl).map_err(|e| learn_error(e, ctl))?;
         let keys: Vec<String> = preds
             .iter()
-            .flat_map(|p| p.neighbours.iter().map(|(i, _)| all.keys[*i as usize].clone()))
+            .flat_map(|p| {
+                p.neighbours
+                    .iter()
+                    .map(|(i, _)| all.keys[*i as usize].clone())
+            })
             .collect();
         Ok(Some(answer(preds, &keys)))
     })();
@@ -214,6 +231,37 @@ fn predict_related(name: &str, row: &pgrx::AnyElement, ctl: &PgControl) -> Resul
         c.push((name.to_string(), entry));
     });
     result
+}
+
+/// pgvector's `hnsw.iterative_scan` and `ivfflat.iterative_scan`: set to relaxed_order for the
+/// transaction (`None`), returning their values before; or set back to `saved`. Settings that do
+/// not exist (pgvector before 0.8, or not loaded) are left alone.
+fn iterative_scans(
+    saved: Option<Vec<(&'static str, String)>>,
+) -> Result<Vec<(&'static str, String)>> {
+    let mut before = Vec::new();
+    for name in ["hnsw.iterative_scan", "ivfflat.iterative_scan"] {
+        let value = match &saved {
+            Some(s) => match s.iter().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.clone(),
+                None => continue,
+            },
+            None => "relaxed_order".to_string(),
+        };
+        let old = crate::pg::spi::select_one::<String>(
+            "SELECT pg_catalog.current_setting($1, true)",
+            &[name.into()],
+        )
+        .map_err(spi_error)?;
+        let Some(old) = old else { continue };
+        crate::pg::spi::select_one::<String>(
+            "SELECT pg_catalog.set_config($1, $2, true)",
+            &[name.into(), value.as_str().into()],
+        )
+        .map_err(spi_error)?;
+        before.push((name, old));
+    }
+    Ok(before)
 }
 
 /// The row types a row of table `oid` may have: the table's, its partitions'.

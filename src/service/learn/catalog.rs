@@ -127,7 +127,8 @@ fn stored_with(name: &str, with_model: bool) -> Result<Stored> {
         })
     })
     .map_err(spi_error)?;
-    let Some((owner, tbl, kind, options, signature, features, model, tables, columns, version)) = row
+    let Some((owner, tbl, kind, options, signature, features, model, tables, columns, version)) =
+        row
     else {
         return Err(TributaryError::UnknownPredictor(short(name)));
     };
@@ -412,4 +413,3 @@ pub fn record_output(name: &str, target: &str) -> Result<()> {
     })
     .map_err(spi_error)
 }
-
