@@ -250,3 +250,32 @@ pub(crate) fn metric(
     }
     m
 }
+
+/// The baseline's scores of `n` rows (n x `kout`): the class counts of the `base` rows
+/// ("majority"), or their mean ("mean").
+pub(crate) fn baseline(
+    hy: &HeadY,
+    base: &[usize],
+    n: usize,
+    kout: usize,
+) -> (&'static str, Vec<f32>) {
+    let mut p = vec![0f32; n * kout];
+    let algo = match hy {
+        HeadY::Class(c, _) => {
+            let mut cnt = vec![0f32; kout];
+            for &r in base {
+                cnt[c[r] as usize] += 1.0;
+            }
+            for i in 0..n {
+                p[i * kout..(i + 1) * kout].copy_from_slice(&cnt);
+            }
+            "majority"
+        }
+        HeadY::Value(v) => {
+            let m = base.iter().map(|&r| v[r]).sum::<f64>() / base.len().max(1) as f64;
+            p.iter_mut().for_each(|x| *x = m as f32);
+            "mean"
+        }
+    };
+    (algo, p)
+}

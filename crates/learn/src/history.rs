@@ -307,3 +307,51 @@ pub(crate) fn cross(a: &GroupPath, b: &GroupPath, n: usize, check: bool) -> Opti
         pairs,
     })
 }
+
+/// The crossed paths of a training run: each pair of the first `from` paths in which every row
+/// has at most one group, where the pair says more than either path alone ([`cross`]). Returns
+/// the pairs (indices into `paths`) and their paths.
+pub(crate) fn crossings(
+    paths: &[GroupPath],
+    n: usize,
+    from: usize,
+) -> (Vec<(usize, usize)>, Vec<GroupPath>) {
+    let single: Vec<usize> = (0..paths.len())
+        .filter(|&i| {
+            let mut seen = vec![u64::MAX; n];
+            paths[i].pairs.iter().all(|&(r, g)| {
+                let r = r as usize;
+                r >= n || std::mem::replace(&mut seen[r], g) == u64::MAX || seen[r] == g
+            })
+        })
+        .take(from)
+        .collect();
+    let mut pairs = Vec::new();
+    let mut crossed = Vec::new();
+    for (i, &a) in single.iter().enumerate() {
+        for &b in &single[i + 1..] {
+            if let Some(p) = cross(&paths[a], &paths[b], n, true) {
+                pairs.push((a, b));
+                crossed.push(p);
+            }
+        }
+    }
+    (pairs, crossed)
+}
+
+/// The blocked scheme's cut of every row (length of `t`; a row not in `rows` keeps its own
+/// as_of): `rows` (row indices in as_of order) make `blocks` blocks of equal size, and a row of
+/// a block reads the labels strictly before the block's first row.
+pub(crate) fn blocked_cuts(t: &[f64], rows: &[usize], blocks: usize) -> Vec<f64> {
+    let mut cut = t.to_vec();
+    let n = rows.len();
+    for b in 0..blocks {
+        let block = &rows[b * n / blocks..(b + 1) * n / blocks];
+        if let Some(&first) = block.first() {
+            for &r in block {
+                cut[r] = t[first];
+            }
+        }
+    }
+    cut
+}

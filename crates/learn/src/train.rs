@@ -8,6 +8,10 @@ const HISTORY_BLOCKS: usize = 6;
 /// Paths (of at most one group a row) whose pairs are crossed: at most 10 crossed paths.
 const MAX_CROSSED_FROM: usize = 5;
 
+/// A candidate scored on the validation rows: (head, with the k-NN votes, the validation rows'
+/// scores, the GBDT's rounds, the history scheme's index).
+type Candidate = (String, bool, Vec<f32>, usize, usize);
+
 /// Trains a predictor of `ds.label` from the rows marked [`Role::Train`] (`roles` has length n)
 /// and scores it on the [`Role::Test`] rows. Errors: Invalid (no training rows, fewer than 2
 /// classes, shapes), Memory, Cancelled (from `ctl`).
@@ -77,28 +81,7 @@ pub fn train(
             )
         })
         .collect();
-    // Crossed paths: each pair of the first MAX_CROSSED_FROM paths in which every row has at
-    // most one group, where the pair says more than either path alone (history::cross).
-    let single: Vec<usize> = (0..ds.paths.len())
-        .filter(|&i| {
-            let mut seen = vec![u64::MAX; n];
-            ds.paths[i].pairs.iter().all(|&(r, g)| {
-                let r = r as usize;
-                r >= n || std::mem::replace(&mut seen[r], g) == u64::MAX || seen[r] == g
-            })
-        })
-        .take(MAX_CROSSED_FROM)
-        .collect();
-    let mut cross: Vec<(usize, usize)> = Vec::new();
-    let mut crossed: Vec<GroupPath> = Vec::new();
-    for (i, &a) in single.iter().enumerate() {
-        for &b in &single[i + 1..] {
-            if let Some(p) = history::cross(&ds.paths[a], &ds.paths[b], n, true) {
-                cross.push((a, b));
-                crossed.push(p);
-            }
-        }
-    }
+    let (cross, crossed) = history::crossings(&ds.paths, n, MAX_CROSSED_FROM);
     let paths: Vec<&GroupPath> = ds.paths.iter().chain(&crossed).collect();
     let mut lay = Layout {
         classes: classes.as_deref(),
@@ -328,17 +311,8 @@ pub fn train(
     // label strictly earlier than the row, as an online prediction sees.) The test rows and
     // every predicted row read every known label strictly earlier than themselves either way.
     let blocked_cut: Option<Vec<f64>> = ds.as_of.as_ref().map(|t| {
-        let mut cut = t.clone();
-        for b in 0..HISTORY_BLOCKS {
-            let block = &order[b * ntr / HISTORY_BLOCKS..(b + 1) * ntr / HISTORY_BLOCKS];
-            if let Some(&first) = block.first() {
-                let t0 = t_of(first);
-                for &p in block {
-                    cut[queries[p] as usize] = t0;
-                }
-            }
-        }
-        cut
+        let rows: Vec<usize> = order.iter().map(|&p| queries[p] as usize).collect();
+        history::blocked_cuts(t, &rows, HISTORY_BLOCKS)
     });
     let (mut x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
         features(
@@ -487,7 +461,7 @@ pub fn train(
     }
     // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
     // the GBDT's rounds, the scheme's index).
-    let mut val_scores: Vec<(String, bool, Vec<f32>, usize, usize)> = Vec::new();
+    let mut val_scores: Vec<Candidate> = Vec::new();
     let has_plain = knn_w > 0 && !valid.is_empty();
     // One candidate: head `gbdt` or logistic, with the k-NN votes or not, on scheme `si`'s
     // features; fitted on the early rows, scored on the validation rows.
@@ -495,47 +469,45 @@ pub fn train(
         .iter()
         .map(|&(_, xs)| has_plain.then(|| plain(xs)))
         .collect();
-    let candidate = |si: usize,
-                     use_knn: bool,
-                     gbdt_head: bool|
-     -> Result<Option<(String, bool, Vec<f32>, usize, usize)>, Error> {
-        let xs = schemes[si].1;
-        let (xv, nfv): (&[f32], usize) = match (&plains[si], use_knn) {
-            (_, true) => (xs, nf),
-            (Some(xp), false) => (xp, nf - knn_w),
-            (None, false) => return Ok(None),
+    let candidate =
+        |si: usize, use_knn: bool, gbdt_head: bool| -> Result<Option<Candidate>, Error> {
+            let xs = schemes[si].1;
+            let (xv, nfv): (&[f32], usize) = match (&plains[si], use_knn) {
+                (_, true) => (xs, nf),
+                (Some(xp), false) => (xp, nf - knn_w),
+                (None, false) => return Ok(None),
+            };
+            let mut p = vec![0f32; valid.len() * kout];
+            if gbdt_head {
+                let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
+                    gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
+                        .ok_or(Error::Cancelled("stopped".into()))
+                })?;
+                for (i, &r) in valid.iter().enumerate() {
+                    g.predict(
+                        &xv[r * nfv..(r + 1) * nfv],
+                        &mut p[i * kout..(i + 1) * kout],
+                    );
+                }
+                Ok(Some(("gbdt".into(), use_knn, p, g.rounds.max(1), si)))
+            } else {
+                let h = polled(ctl, "logistic validation", 15, |sh| {
+                    fit_lin_head(xv, nfv, &lay.cats, &hy, &early, sh)
+                        .ok_or(Error::Cancelled("stopped".into()))
+                })?;
+                let head = Head::Logistic(h);
+                for (i, &r) in valid.iter().enumerate() {
+                    head_predict(
+                        &head,
+                        &xv[r * nfv..(r + 1) * nfv],
+                        &mut p[i * kout..(i + 1) * kout],
+                    );
+                }
+                Ok(Some(("logistic".into(), use_knn, p, 0, si)))
+            }
         };
-        let mut p = vec![0f32; valid.len() * kout];
-        if gbdt_head {
-            let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
-                    .ok_or(Error::Cancelled("stopped".into()))
-            })?;
-            for (i, &r) in valid.iter().enumerate() {
-                g.predict(
-                    &xv[r * nfv..(r + 1) * nfv],
-                    &mut p[i * kout..(i + 1) * kout],
-                );
-            }
-            Ok(Some(("gbdt".into(), use_knn, p, g.rounds.max(1), si)))
-        } else {
-            let h = polled(ctl, "logistic validation", 15, |sh| {
-                fit_lin_head(xv, nfv, &lay.cats, &hy, &early, sh)
-                    .ok_or(Error::Cancelled("stopped".into()))
-            })?;
-            let head = Head::Logistic(h);
-            for (i, &r) in valid.iter().enumerate() {
-                head_predict(
-                    &head,
-                    &xv[r * nfv..(r + 1) * nfv],
-                    &mut p[i * kout..(i + 1) * kout],
-                );
-            }
-            Ok(Some(("logistic".into(), use_knn, p, 0, si)))
-        }
-    };
     let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
-    let score = |c: &(String, bool, Vec<f32>, usize, usize)| {
+    let score = |c: &Candidate| {
         better(&metric(
             "predictor",
             &c.0,
@@ -694,25 +666,7 @@ pub fn train(
         if let Some(p) = &knn_scores {
             report.push(metric("knn", "knn", split, &hy, &rows, p, kout));
         }
-        let mut p = vec![0f32; rows.len() * kout];
-        let algo = match &hy {
-            HeadY::Class(c, _) => {
-                let mut cnt = vec![0f32; kout];
-                for &r in base_rows {
-                    cnt[c[r] as usize] += 1.0;
-                }
-                for i in 0..rows.len() {
-                    p[i * kout..(i + 1) * kout].copy_from_slice(&cnt);
-                }
-                "majority"
-            }
-            HeadY::Value(v) => {
-                let m =
-                    base_rows.iter().map(|&r| v[r]).sum::<f64>() / base_rows.len().max(1) as f64;
-                p.iter_mut().for_each(|x| *x = m as f32);
-                "mean"
-            }
-        };
+        let (algo, p) = baseline(&hy, base_rows, rows.len(), kout);
         report.push(metric("baseline", algo, split, &hy, &rows, &p, kout));
     }
     if split == "test" {
