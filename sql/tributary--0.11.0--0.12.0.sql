@@ -703,6 +703,26 @@ COMMENT ON FUNCTION tributary_predict_trigger() IS 'Trigger function: writes a p
 -- Predict jobs that refresh only the rows a change reaches (sql/learn_jobs.sql, src/api/learn.rs).
 ALTER TABLE tributary._predict_dirty ADD COLUMN changed jsonb;
 
+-- Queues `changed` (the rows of a job's table a statement changed, `n` of them; NULL when there
+-- were more than tributary.predict_job_rows: a refresh of every row) for predict job `job` when
+-- it is active, and wakes the workers at commit. Called by the row-level triggers below.
+CREATE FUNCTION tributary._predict_queue(job bigint, n bigint, changed jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
+BEGIN
+    IF n > 0 AND EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job
+                            AND j.state OPERATOR(pg_catalog.=) 'active') THEN
+        INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, changed);
+        PERFORM tributary._wake_launcher();
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION tributary._predict_queue(bigint, bigint, jsonb) FROM PUBLIC;
+
+-- tributary.predict_job_rows (10,000 where the library is not loaded).
+CREATE FUNCTION tributary._predict_job_rows() RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000)
+$$;
+
 -- The row-level view of a statement on the job's own table (a table with a one-column primary
 -- key): AFTER INSERT / UPDATE / DELETE ... REFERENCING its transition tables (tributary_new,
 -- tributary_old) FOR EACH STATEMENT, TG_ARGV = (job, primary key column, target). Queues the
@@ -714,13 +734,10 @@ CREATE FUNCTION tributary._predict_trigger_rows() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
 DECLARE
     job bigint := CAST(TG_ARGV[0] AS pg_catalog.int8);
-    lim bigint := coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000);
+    lim bigint := tributary._predict_job_rows();
     changed jsonb;
     n bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job AND j.state OPERATOR(pg_catalog.=) 'active') THEN
-        RETURN NULL;
-    END IF;
     IF TG_OP = 'INSERT' THEN
         SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(r)) INTO n, changed
           FROM (SELECT * FROM tributary_new LIMIT lim + 1) r;
@@ -737,11 +754,7 @@ BEGIN
              e AS (SELECT d.ov AS v FROM d WHERE d.ov IS NOT NULL UNION ALL SELECT d.nv FROM d WHERE d.nv IS NOT NULL)
         SELECT (SELECT pg_catalog.count(*) FROM d), pg_catalog.jsonb_agg(e.v) INTO n, changed FROM e;
     END IF;
-    IF n = 0 THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, CASE WHEN n <= lim THEN changed END);
-    PERFORM tributary._wake_launcher();
+    PERFORM tributary._predict_queue(job, n, CASE WHEN n <= lim THEN changed END);
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION tributary._predict_trigger_rows() FROM PUBLIC;
@@ -756,13 +769,10 @@ CREATE FUNCTION tributary._predict_trigger_links() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $$
 DECLARE
     job bigint := CAST(TG_ARGV[0] AS pg_catalog.int8);
-    lim bigint := coalesce(CAST(NULLIF(pg_catalog.current_setting('tributary.predict_job_rows', true), '') AS pg_catalog.int8), 10000);
+    lim bigint := tributary._predict_job_rows();
     changed jsonb;
     n bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM tributary._predict_jobs j WHERE j.id OPERATOR(pg_catalog.=) job AND j.state OPERATOR(pg_catalog.=) 'active') THEN
-        RETURN NULL;
-    END IF;
     EXECUTE format('SELECT pg_catalog.count(*), pg_catalog.jsonb_agg(tributary._row_jsonb(t)) FROM (SELECT t FROM %s t WHERE t.%I = ANY (ARRAY(%s)) LIMIT %s) s(t)',
                    TG_ARGV[2], TG_ARGV[3],
                    CASE TG_OP WHEN 'INSERT' THEN format('SELECT DISTINCT l.%I FROM tributary_new l', TG_ARGV[1])
@@ -770,14 +780,13 @@ BEGIN
                               ELSE format('SELECT l.%I FROM tributary_old l UNION SELECT l.%I FROM tributary_new l', TG_ARGV[1], TG_ARGV[1]) END,
                    lim + 1)
        INTO n, changed;
-    IF n = 0 THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO tributary._predict_dirty (job, changed) VALUES (job, CASE WHEN n <= lim THEN changed END);
-    PERFORM tributary._wake_launcher();
+    PERFORM tributary._predict_queue(job, n, CASE WHEN n <= lim THEN changed END);
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION tributary._predict_trigger_links() FROM PUBLIC;
+
+COMMENT ON FUNCTION tributary._predict_queue(bigint, bigint, jsonb) IS 'Internal: queues a statement''s changed rows for a predict job and wakes the workers at commit.';
+COMMENT ON FUNCTION tributary._predict_job_rows() IS 'Internal: the setting tributary.predict_job_rows, 10000 where the library is not loaded.';
 COMMENT ON FUNCTION tributary._predict_trigger_rows() IS 'Internal: the row-level view of a statement on a predict job''s own table (queues the changed rows, wakes the workers at commit).';
 COMMENT ON FUNCTION tributary._predict_trigger_links() IS 'Internal: the row-level view of a statement on a link table of a predict job''s table (queues the rows it references).';
 

@@ -192,6 +192,7 @@ fn train(
     // Prediction targets are features only when named.
     let mut opts = opts;
     opts.outputs = prediction_outputs(oid)?;
+    opts.time_parts = crate::service::learn::spec_is_current()?;
     let plan = spec(oid, &opts)?;
     if !plan.untrusted.is_empty() {
         pgrx::notice!(

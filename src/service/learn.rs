@@ -122,13 +122,8 @@ pub struct Options {
 /// UPDATE`) has the `_learn_spec` without `time_parts` and `outputs`: it is called without
 /// them (the features of 0.11.0).
 pub fn spec(tbl: pg_sys::Oid, opts: &Options) -> Result<Spec> {
+    let current = spec_is_current()?;
     let json = pinned(|| {
-        let current = Spi::get_one::<bool>(
-            "SELECT pg_catalog.to_regprocedure('tributary._learn_spec(pg_catalog.regclass, pg_catalog.name, \
-             pg_catalog.name, pg_catalog.name, pg_catalog.text[], pg_catalog.text[], pg_catalog.text[], \
-             pg_catalog.bool, pg_catalog.text[])') IS NOT NULL",
-        )?
-        .unwrap_or(false);
         let args: Vec<pgrx::datum::DatumWithOid> = vec![
             tbl.into(),
             opts.label.as_str().into(),
@@ -155,6 +150,20 @@ pub fn spec(tbl: pg_sys::Oid, opts: &Options) -> Result<Spec> {
     .map_err(spi_error)?
     .ok_or_else(|| TributaryError::Internal("tributary._learn_spec returned NULL".into()))?;
     serde_json::from_value(json.0).map_err(|e| TributaryError::Internal(format!("plan: {e}")))
+}
+
+/// Whether the database's SQL has 0.12.0's `tributary._learn_spec` (`time_parts`, `outputs`):
+/// false before `ALTER EXTENSION tributary UPDATE`, and a predictor trained then has 0.11.0's
+/// features (its options say `time_parts: false`).
+pub fn spec_is_current() -> Result<bool> {
+    crate::pg::spi::select_one::<bool>(
+        "SELECT pg_catalog.to_regprocedure('tributary._learn_spec(pg_catalog.regclass, pg_catalog.name, \
+         pg_catalog.name, pg_catalog.name, pg_catalog.text[], pg_catalog.text[], pg_catalog.text[], \
+         pg_catalog.bool, pg_catalog.text[])') IS NOT NULL",
+        &[],
+    )
+    .map(|b| b.unwrap_or(false))
+    .map_err(spi_error)
 }
 
 /// `split_at` as the as_of column's float8 (the column's type's input function: 22007/22P02

@@ -123,13 +123,27 @@ fn refresh(id: i64) -> (Refresh, bool) {
     };
     // The queued rows this refresh covers: those its snapshot sees; whether one asks for every
     // row; the changed rows the others carry.
+    // (A database still at 0.11.0's SQL, before ALTER EXTENSION UPDATE, queues no changed rows.)
+    let has_changed = Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
+          WHERE attrelid = CAST('tributary._predict_dirty' AS pg_catalog.regclass) \
+            AND attname = 'changed' AND NOT attisdropped)",
+    )
+    .map_err(spi_error)
+    .or_raise()
+    .unwrap_or(false);
+    let changed_col = if has_changed {
+        "changed"
+    } else {
+        "CAST(NULL AS pg_catalog.jsonb) AS changed"
+    };
     let (taken, every, changed) = Spi::connect_mut(|c| {
         let mut rows = c.update(
-            "WITH d AS (DELETE FROM tributary._predict_dirty WHERE job = $1 RETURNING changed) \
+            &format!("WITH d AS (DELETE FROM tributary._predict_dirty WHERE job = $1 RETURNING {changed_col}) \
              SELECT (SELECT pg_catalog.count(*) FROM d), \
                     (SELECT pg_catalog.bool_or(d.changed IS NULL) FROM d), \
                     (SELECT pg_catalog.jsonb_agg(e) FROM d CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(d.changed) e \
-                      WHERE d.changed IS NOT NULL)",
+                      WHERE d.changed IS NOT NULL)"),
             None,
             &[id.into()],
         )?;

@@ -254,3 +254,73 @@ def test_matching_after_update_from_0_9_0(env):
     finally:
         with connect(env["dsn"]) as c:
             c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def pjob(c, job_id):
+    cur = c.execute("SELECT * FROM tributary.predict_jobs WHERE id = %s", (job_id,))
+    return dict(zip([d.name for d in cur.description], cur.fetchone()))
+
+
+def test_predictors_and_predict_jobs_after_update_from_0_11_0(env):
+    """A predictor trained and a predict job made under 0.11.0's SQL (0.10.0 and its update to
+    0.11.0), then ALTER EXTENSION UPDATE: the predictor predicts as before, one row through
+    indexes, labelled => true works, the old job (statement-level triggers) keeps its column
+    current, and the updated extension is a fresh install. (Trained by this library: the crate's
+    features are this version's; the SQL's time parts are off, and its options say so.)"""
+    name = "tributary_upgrade_0110"
+    with connect(env["dsn"]) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        c.execute(f"CREATE DATABASE {name}")
+    try:
+        with db(env, name) as c:
+            # Through the chain explicitly (as above).
+            c.execute("CREATE EXTENSION tributary VERSION '0.1.0' CASCADE")
+            c.execute("ALTER EXTENSION tributary UPDATE TO '0.11.0'")
+            c.execute("SET tributary.progress_interval = 0")
+            c.execute("""
+                CREATE TABLE up_person (person_id int PRIMARY KEY, name text);
+                CREATE TABLE up_ev (id int PRIMARY KEY, person_id int REFERENCES up_person, day int,
+                                    note text, kind text, guess text, guess2 text);
+                CREATE INDEX ON up_ev (person_id, day);
+                INSERT INTO up_person SELECT p, 'person ' || p FROM generate_series(1, 40) p;
+                INSERT INTO up_ev (id, person_id, day, note, kind)
+                SELECT i, 1 + (i % 40), i / 8, 'event number ' || i,
+                       CASE WHEN i % 5 = 0 THEN chr(97 + ((i / 40) % 4)) ELSE chr(97 + ((1 + (i % 40)) % 4)) END
+                  FROM generate_series(1, 800) i;
+                UPDATE up_ev SET kind = NULL WHERE day >= 95;
+            """)
+            c.execute("SELECT * FROM tributary_train('up_p', 'up_ev', 'kind', as_of => 'day')").fetchall()
+            assert c.execute("SELECT options ->> 'time_parts' FROM tributary.predictors WHERE name = 'up_p'").fetchone()[0] == "false"
+            old_job = c.execute("SELECT tributary_predict_job_create('up_p', 'guess')").fetchone()[0]
+            wait_until(lambda i: pjob(c, i), old_job, lambda j: j["runs"] >= 1, 120, "the old job's first refresh")
+            before = dict(c.execute("SELECT id, guess FROM up_ev WHERE kind IS NULL").fetchall())
+            assert len(before) == 41 and all(before.values())
+
+            c.execute("ALTER EXTENSION tributary UPDATE")
+            assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'tributary'").fetchone()[0] == env["current"]
+            c.execute("SET tributary.progress_interval = 0")
+            # The same predictions, through tributary_predict_column and one row at a time.
+            c.execute("SELECT tributary_predict_column('up_p', 'guess2')")
+            assert dict(c.execute("SELECT id, guess2 FROM up_ev WHERE kind IS NULL").fetchall()) == before
+            one = dict(c.execute("SELECT e.id, p.prediction FROM up_ev e, tributary_predict('up_p', e) p "
+                                 "WHERE e.kind IS NULL").fetchall())
+            assert one == before
+            assert c.execute("SELECT tributary_predict_column('up_p', 'guess2', labelled => true)").fetchone()[0] == 800
+            # The old job goes on (a new row, refreshed).
+            runs = pjob(c, old_job)["runs"]
+            c.execute("INSERT INTO up_ev (id, person_id, day, note) VALUES (801, 7, 101, 'event number 801')")
+            wait_until(lambda i: pjob(c, i), old_job, lambda j: j["runs"] > runs, 120, "the old job after the update")
+            wait_until(lambda i: c.execute("SELECT guess FROM up_ev WHERE id = 801").fetchone()[0], 801,
+                       lambda g: g is not None, 60, "the new row's prediction")
+            updated = [r[0] for r in c.execute(DESCRIBE)]
+        with db(env, FRESH) as c:
+            c.execute("DROP EXTENSION IF EXISTS tributary CASCADE")
+            c.execute("CREATE EXTENSION tributary CASCADE")
+            fresh = [r[0] for r in c.execute(DESCRIBE)]
+        if updated != fresh:
+            diff = "\n".join(difflib.unified_diff(fresh, updated, "fresh install", "updated from 0.11.0",
+                                                  lineterm="", n=1))
+            pytest.fail("the extension updated from 0.11.0 differs from a fresh install:\n" + diff[:20000])
+    finally:
+        with connect(env["dsn"]) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -27,6 +27,16 @@ pub(crate) struct PathStats {
     pub(crate) rows: Vec<f64>,
 }
 
+impl PathStats {
+    fn new(nq: usize, width: usize) -> PathStats {
+        PathStats {
+            counts: vec![0f64; nq * width],
+            newest: vec![f64::NAN; nq],
+            rows: vec![0f64; nq],
+        }
+    }
+}
+
 /// Groups per row, as a CSR over row indices below `n` (duplicate pairs dropped).
 struct Groups {
     ptr: Vec<usize>,
@@ -93,11 +103,7 @@ pub(crate) fn stats(
 ) -> PathStats {
     let g = Groups::new(path, n);
     let nq = queries.len();
-    let mut out = PathStats {
-        counts: vec![0f64; nq * width],
-        newest: vec![f64::NAN; nq],
-        rows: vec![0f64; nq],
-    };
+    let mut out = PathStats::new(nq, width);
     let mut acc = vec![0f64; g.ngroups * width];
     match as_of {
         None => {
@@ -207,11 +213,7 @@ pub(crate) fn stats_for(
     cut: Option<&[f64]>,
 ) -> PathStats {
     let nq = queries.len();
-    let mut out = PathStats {
-        counts: vec![0f64; nq * width],
-        newest: vec![f64::NAN; nq],
-        rows: vec![0f64; nq],
-    };
+    let mut out = PathStats::new(nq, width);
     for (qi, &q) in queries.iter().enumerate() {
         let groups: std::collections::HashSet<u64> = path
             .pairs
