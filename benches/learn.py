@@ -62,11 +62,11 @@ Methods:
                  test-period labels set to NULL, tributary_train('p2', tbl, label, e_row, as_of =>
                  ...) without split_at, tributary_predict_column('p2', 'predicted'), scored
                  against the true labels.
-                 online: on the database WITH the test labels, tributary_predict_column('p',
-                 'predicted_online', labelled => true) (each labelled row predicted as of its own
+                 online: on the database WITH the test labels, tributary_predict_column_online('p',
+                 'predicted_online') (each labelled row predicted as of its own
                  as_of with every strictly earlier label), scored on the test rows; where
-                 tributary_predict_column has no `labelled` parameter (pg_proc.proargnames):
-                 "online: tributary_predict_column(labelled) not installed". Where tributary_train
+                 tributary_predict_column_online is not installed (pg_proc):
+                 "online: tributary_predict_column_online not installed". Where tributary_train
                  is not in pg_proc: "tributary_train not installed".
     majority     the most frequent training label for every test row.
     TF-IDF + LR  TfidfVectorizer(ngram_range=(1, 2), min_df=2) + LogisticRegression(max_iter=1000),
@@ -739,14 +739,14 @@ def tributary_rows(d: Data, dsn: str, k: int, cold_keys: set[str]) -> list[dict]
             except psycopg.Error as e:
                 conn.execute(f"ALTER TABLE {d.table} DROP COLUMN IF EXISTS e_row")
                 out.append({"method": "tributary_embed_column", "note": f"error: {str(e).splitlines()[0]}"})
-        online = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'tributary_predict_column' "
-                              "AND 'labelled' = ANY(proargnames)").fetchone()[0] > 0
+        online = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'tributary_predict_column_online'"
+                              "").fetchone()[0] > 0
         if "tributary_train" not in have:
             out.append({"method": "tributary_train (split_at)", "protocol": "period-ahead",
                         "note": "tributary_train not installed"})
             out.append({"method": "tributary_predict_column, held out (labels NULL)", "protocol": "period-ahead",
                         "note": "tributary_train not installed"})
-            out.append({"method": "tributary_predict_column(labelled => true)", "protocol": "online",
+            out.append({"method": "tributary_predict_column_online", "protocol": "online",
                         "note": "tributary_train not installed"})
             return out
         t0 = time.perf_counter()
@@ -815,11 +815,11 @@ def tributary_rows(d: Data, dsn: str, k: int, cold_keys: set[str]) -> list[dict]
     # Online, on the database WITH the test labels (after the held-out copy, so that the copy has
     # no prediction column): p (trained with split_at) predicts every labelled row as of its own
     # as_of with every strictly earlier label; scored on the test rows.
-    r = {"method": "tributary_predict_column('p', labelled => true): each row as of its as_of, every earlier label",
+    r = {"method": "tributary_predict_column_online('p'): each row as of its as_of, every earlier label",
          "protocol": "online", "test_rows": len(truth)}
     if not online:
-        r["note"] = "online: tributary_predict_column(labelled) not installed"
-        print("  online: tributary_predict_column(labelled) not installed", file=sys.stderr, flush=True)
+        r["note"] = "online: tributary_predict_column_online not installed"
+        print("  online: tributary_predict_column_online not installed", file=sys.stderr, flush=True)
         out.append(r)
         return out
     t0 = time.perf_counter()
@@ -828,8 +828,8 @@ def tributary_rows(d: Data, dsn: str, k: int, cold_keys: set[str]) -> list[dict]
             if conn.execute("SELECT count(*) FROM pg_settings WHERE name = 'tributary.progress_interval'").fetchone()[0]:
                 conn.execute("SET tributary.progress_interval = 0")
             conn.execute(f"ALTER TABLE {d.table} ADD COLUMN predicted_online {label_type}")
-            r["rows_written"] = conn.execute("SELECT tributary_predict_column('p', 'predicted_online', "
-                                             "labelled => true)").fetchone()[0]
+            r["rows_written"] = conn.execute("SELECT tributary_predict_column_online('p', 'predicted_online')"
+                                             ).fetchone()[0]
             got = dict(conn.execute(f'SELECT "{d.key}"::text, predicted_online::text FROM {d.table} '
                                     f'WHERE "{d.as_of}" >= %s::text::{as_of_type}', (d.split_at,)).fetchall())
             conn.execute(f"ALTER TABLE {d.table} DROP COLUMN predicted_online")

@@ -922,5 +922,6 @@ COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], te
 COMMENT ON FUNCTION tributary._predict_record(text, anyelement) IS 'Internal: one row''s prediction by a predictor (behind tributary_predict(predictor, row)).';
 COMMENT ON FUNCTION tributary_predict(text, anyelement) IS 'One row''s prediction by a trained predictor, its features as of the row''s time, with evidence.';
 COMMENT ON FUNCTION tributary_train(text, regclass, name, name, name, text, text[], text[], text, integer) IS 'Trains a predictor of a column over k-NN votes, a TF-IDF model, the as-of label history through foreign keys and typed columns; returns its metrics next to k-NN and the majority baseline.';
-COMMENT ON FUNCTION tributary_predict_column(text, name, integer, boolean) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL (labelled => true: every row, each as of its own time).';
+COMMENT ON FUNCTION tributary_predict_column(text, name, integer) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL.';
+COMMENT ON FUNCTION tributary_predict_column_online(text, name, integer) IS 'Fills a column with a trained predictor''s predictions for every row, labelled or not, each as of its own time (the online protocol).';
 COMMENT ON FUNCTION tributary_drop_predictor(text) IS 'Drops a trained predictor (its owner only).';

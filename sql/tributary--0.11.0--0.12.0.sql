@@ -5,8 +5,10 @@
 -- hour of a date or timestamp as_of (tributary._learn_spec's time_parts); rows are read in the
 -- order of their key, category columns are detected over the whole table, and a column that
 -- predictions are written to (a predict job's target, or a column tributary_predict_column
--- wrote: tributary._predictors.outputs) is no feature unless named. tributary_predict_column
--- takes labelled => true (every row, each as of its own time: the online protocol).
+-- wrote: tributary._predictors.outputs) is no feature unless named.
+-- tributary_predict_column_online predicts every row, each as of its own time (the online
+-- protocol); tributary_predict(predictor, row) reads the row's related rows through indexes;
+-- tributary_predict_trigger; predict jobs refresh only the rows a change reaches.
 -- Predictors trained before keep their features (their options have no time_parts).
 -- Generated from sql/learn.sql and src/api/learn.rs.
 
@@ -650,19 +652,16 @@ COMMENT ON FUNCTION tributary._learn_cols(text, name[]) IS 'Internal: a list of 
 COMMENT ON FUNCTION tributary._learn_in(text, integer, text) IS 'Internal: columns among the rows of a subquery, in a form an index answers.';
 COMMENT ON FUNCTION tributary._learn_spec(regclass, name, name, name, text[], text[], text[], boolean, text[]) IS 'Internal: the features of a predictor: the rows query, history paths, typed columns and the columns read.';
 
--- tributary_predict_column(predictor, target [, batch_size]) gains labelled => false
--- (src/api/learn.rs).
-DROP FUNCTION tributary_predict_column(text, name, integer);
-CREATE FUNCTION "tributary_predict_column"(
+-- tributary_predict_column_online(predictor, target [, batch_size]): every row (src/api/learn.rs).
+CREATE FUNCTION "tributary_predict_column_online"(
 	"predictor" TEXT,
 	"target" name,
-	"batch_size" INT DEFAULT 1000,
-	"labelled" bool DEFAULT false
+	"batch_size" INT DEFAULT 1000
 ) RETURNS bigint
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'tributary_predict_column_predictor_wrapper';
-COMMENT ON FUNCTION tributary_predict_column(text, name, integer, boolean) IS 'Fills a column with a trained predictor''s predictions for the rows whose label is NULL (labelled => true: every row, each as of its own time).';
+AS 'MODULE_PATHNAME', 'tributary_predict_column_online_wrapper';
+COMMENT ON FUNCTION tributary_predict_column_online(text, name, integer) IS 'Fills a column with a trained predictor''s predictions for every row, labelled or not, each as of its own time (the online protocol).';
 
 -- tributary_predict_trigger(): a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger function that
 -- writes a predictor's prediction of the new row into a column of it, inside the writer's

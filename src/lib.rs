@@ -89,6 +89,7 @@ pgrx::extension_sql_file!(
         api::learn::_predict_record,
         api::learn::tributary_train,
         api::learn::tributary_predict_column_predictor,
+        api::learn::tributary_predict_column_online,
         api::learn::tributary_drop_predictor
     ]
 );

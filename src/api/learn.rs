@@ -339,16 +339,14 @@ fn train(
     Ok(rows)
 }
 
-/// `tributary_predict_column(predictor text, target name [, batch_size int = 1000, labelled
-/// boolean = false])` → bigint: fills column `target` of the predictor's table, for every row
-/// whose label is NULL (with `labelled`: every row; and whose `as_of` is not NULL, when the
-/// predictor has one), with the predictor's prediction, each row's features as of its own
-/// `as_of` (every labelled row strictly earlier; without `as_of`, every other labelled row) —
-/// the features tributary_train computed for its training rows. Returns the rows written.
-/// `labelled => true` is the *online* protocol on rows whose label is known: each row predicted
-/// at its own time with every earlier label, as a predict job predicts a row when it arrives
-/// (README, "Predictions in time"); without it, the rows with a NULL label, whose history stops
-/// at the last label known (the *period-ahead* protocol when a whole period is unlabelled).
+/// `tributary_predict_column(predictor text, target name [, batch_size int = 1000])` → bigint:
+/// fills column `target` of the predictor's table, for every row whose label is NULL (and whose
+/// `as_of` is not NULL, when the predictor has one), with the predictor's prediction, each row's
+/// features as of its own `as_of` (every labelled row strictly earlier; without `as_of`, every
+/// other labelled row) — the features tributary_train computed for its training rows. Returns
+/// the rows written. A whole period unlabelled is the *period-ahead* protocol (its rows' history
+/// stops at the last label known); `tributary_predict_column_online` predicts every row, labelled
+/// or not (the *online* protocol).
 /// `target` is remembered (`tributary._predictors.outputs`): no later `tributary_train` on this
 /// table uses it as a feature unless `columns` names it.
 ///
@@ -372,16 +370,35 @@ pub(crate) fn tributary_predict_column_predictor(
     predictor: Option<&str>,
     target: Option<Name>,
     batch_size: default!(Option<i32>, 1000),
-    labelled: default!(Option<bool>, false),
 ) -> i64 {
-    let (Some(predictor), Some(target), Some(batch_size), Some(labelled)) =
-        (predictor, target, batch_size, labelled)
-    else {
+    let (Some(predictor), Some(target), Some(batch_size)) = (predictor, target, batch_size) else {
         raise(TributaryError::NullArgument(
-            "predictor, target, batch_size and labelled",
+            "predictor, target and batch_size",
         ));
     };
-    predict_column(predictor, &target.0, batch_size, None, labelled).or_raise()
+    predict_column(predictor, &target.0, batch_size, None, false).or_raise()
+}
+
+/// `tributary_predict_column_online(predictor text, target name [, batch_size int = 1000])` →
+/// bigint: `tributary_predict_column` for every row, labelled or not (whose `as_of` is not NULL):
+/// the *online* protocol, each row predicted at its own time with every label strictly before it
+/// (its own never counts), as a predict job or `tributary_predict_trigger` predicts a row when it
+/// arrives (README, "In time: two protocols"). Returns the rows written; errors as
+/// `tributary_predict_column`'s. (A separate name: a fourth argument of
+/// `tributary_predict_column(predictor, ...)` would make four-argument calls of the k-NN
+/// `tributary_predict_column(tbl, label, embedding, target)` ambiguous, 42725.)
+#[pg_extern(volatile, parallel_unsafe)]
+pub(crate) fn tributary_predict_column_online(
+    predictor: Option<&str>,
+    target: Option<Name>,
+    batch_size: default!(Option<i32>, 1000),
+) -> i64 {
+    let (Some(predictor), Some(target), Some(batch_size)) = (predictor, target, batch_size) else {
+        raise(TributaryError::NullArgument(
+            "predictor, target and batch_size",
+        ));
+    };
+    predict_column(predictor, &target.0, batch_size, None, true).or_raise()
 }
 
 /// `tributary._predict_column_job(predictor text, target name, tbl oid, predictor_owner oid)` →

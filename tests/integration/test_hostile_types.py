@@ -563,16 +563,17 @@ CASES = {
          "call": "UPDATE hta.films SET yr = yr",
          "check": "SELECT id, gguess FROM hta.films ORDER BY id",
          "teardown": ["DROP TRIGGER ht_guess ON hta.films", DROP_PRED, RESET_FILMS]}],
-    "tributary_predict_column(text,name,integer,boolean)": [
+    "tributary_predict_column(text,name,integer)": [
         {"setup": [RESET_FILMS, TRAIN],
          "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'guess')",
          "check": "SELECT id, guess FROM hta.films ORDER BY id", "teardown": [DROP_PRED, RESET_FILMS]},
         {"setup": [RESET_FILMS, TRAIN],
-         "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'guess', labelled => true)",
-         "check": "SELECT id, guess FROM hta.films ORDER BY id", "teardown": [DROP_PRED, RESET_FILMS]},
-        {"setup": [RESET_FILMS, TRAIN],
          "call": "SELECT public.tributary_predict_column(predictor => 'ht_pred', target => 'gguess')",
          "check": "SELECT id, gguess FROM hta.films ORDER BY id", "teardown": [DROP_PRED, RESET_FILMS]}],
+    "tributary_predict_column_online(text,name,integer)": [
+        {"setup": [RESET_FILMS, TRAIN],
+         "call": "SELECT public.tributary_predict_column_online(predictor => 'ht_pred', target => 'guess')",
+         "check": "SELECT id, guess FROM hta.films ORDER BY id", "teardown": [DROP_PRED, RESET_FILMS]}],
     "tributary_predict(text,anyelement)": [
         {"setup": [RESET_FILMS, TRAIN],
          # (the evidence's feature weights vary from one training to the next: its shape and keys compared)

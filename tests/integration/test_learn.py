@@ -17,7 +17,7 @@ What is checked, on a real cluster with the real model:
 - dump and restore keep a predictor, which predicts the same afterwards;
 - in time (issue 47): the same rows in another heap order train the same model byte for byte; a
   column predictions were written to is no feature unless named; a timestamp as_of's month,
-  weekday and hour (UTC) and each path's age and earlier rows are features; labelled => true
+  weekday and hour (UTC) and each path's age and earlier rows are features; tributary_predict_column_online
   (the online protocol) predicts every row from strictly earlier labels only.
 """
 import os
@@ -520,25 +520,25 @@ def test_time_parts_and_path_stats_are_features(env):
 
 
 def test_online_protocol_predicts_labelled_rows_as_of_their_time(env):
-    """labelled => true writes every row's prediction, each from the labels strictly earlier:
+    """tributary_predict_column_online writes every row's prediction, each from the labels strictly earlier:
     a row's own label and later labels change nothing of it; the rows with a NULL label get
     what they get without it."""
     with connect(env["dsn"]) as c:
         history_table(c, "ol")
         train(c, "'ol_p'", "'ol'", "'kind'", as_of="'day'", split_at="'80'", algorithm="'gbdt'")
         c.execute("UPDATE ol SET kind = NULL WHERE id % 50 = 0")
-        n = c.execute("SELECT tributary_predict_column('ol_p', 'guess', labelled => true)").fetchone()[0]
+        n = c.execute("SELECT tributary_predict_column_online('ol_p', 'guess')").fetchone()[0]
         assert n == 800
         online = dict(c.execute("SELECT id, guess FROM ol").fetchall())
         acc = c.execute("SELECT avg((guess = kind)::int) FROM ol WHERE day >= 80").fetchone()[0]
         assert acc >= 0.7, acc
         # The labels of day 90 and later changed: the predictions of the earlier rows stay.
         c.execute("UPDATE ol SET kind = 'zz' WHERE day >= 90 AND kind IS NOT NULL")
-        c.execute("SELECT tributary_predict_column('ol_p', 'guess', labelled => true)")
+        c.execute("SELECT tributary_predict_column_online('ol_p', 'guess')")
         again = dict(c.execute("SELECT id, guess FROM ol").fetchall())
         day = dict(c.execute("SELECT id, day FROM ol").fetchall())
         assert all(again[i] == online[i] for i in online if day[i] < 90)
-        # Without labelled: only the NULL labels, the same values.
+        # tributary_predict_column: only the NULL labels, the same values.
         c.execute("UPDATE ol SET guess = NULL")
         assert c.execute("SELECT tributary_predict_column('ol_p', 'guess')").fetchone()[0] == 16
         assert all(g == again[i] for i, g in c.execute("SELECT id, guess FROM ol WHERE kind IS NULL"))
@@ -548,7 +548,7 @@ def test_one_row_through_indexes_equals_the_whole_table(env):
     """tributary_predict(predictor, row) reads the rows related to the row through indexes (a
     foreign key with as_of, a link table, a parent's parent, the embedding's nearest rows), never
     the whole table: with sequential scans switched off the table is scanned by index only, and
-    every row's prediction and confidence are what tributary_predict_column(labelled => true)
+    every row's prediction and confidence are what tributary_predict_column_online
     writes from the whole table (each row as of its own time)."""
     with connect(env["dsn"]) as c:
         history_table(c, "ix")
@@ -572,7 +572,7 @@ def test_one_row_through_indexes_equals_the_whole_table(env):
         train(c, "'ix_p'", "'ix'", "'kind'", embedding="'e'", as_of="'day'", algorithm="'gbdt'")
         f = c.execute("SELECT features FROM tributary._predictors WHERE name = 'ix_p'").fetchone()[0]
         assert any(x.startswith("ix_ev_tag.tag_id:") for x in f) and any(x.startswith("person_id.team_id:") for x in f), f
-        c.execute("SELECT tributary_predict_column('ix_p', 'guess', labelled => true)")
+        c.execute("SELECT tributary_predict_column_online('ix_p', 'guess')")
         whole = dict(c.execute("SELECT id, guess FROM ix").fetchall())
         one = dict(c.execute("SELECT ix.id, p.prediction FROM ix, tributary_predict('ix_p', ix) p").fetchall())
         assert one == whole

@@ -392,17 +392,11 @@ CASES = {
          "check": "SELECT id, guess FROM ann.films ORDER BY id",
          "teardown": ["DROP TRIGGER sp_guess ON ann.films",
                       "SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
-    "tributary_predict_column(text,name,integer,boolean)": [
+    "tributary_predict_column(text,name,integer)": [
         {"setup": ["UPDATE ann.films SET guess = NULL",
                    "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
                    "embedding => 'e', algorithm => 'logistic', k => 3)"],
          "call": "SELECT public.tributary_predict_column(predictor => 'sp_pred', target => 'guess')",
-         "check": "SELECT id, guess FROM ann.films ORDER BY id",
-         "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]},
-        {"setup": ["UPDATE ann.films SET guess = NULL",
-                   "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
-                   "embedding => 'e', algorithm => 'logistic', k => 3)"],
-         "call": "SELECT public.tributary_predict_column(predictor => 'sp_pred', target => 'guess', labelled => true)",
          "check": "SELECT id, guess FROM ann.films ORDER BY id",
          "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
     "tributary_predict(text,anyelement)": [
@@ -411,6 +405,13 @@ CASES = {
                    "embedding => 'e', algorithm => 'logistic', k => 3)"],
          "call": "SELECT f.id, p.prediction FROM ann.films f, public.tributary_predict(predictor => 'sp_pred', \"row\" => f) p",
          "unordered": True,
+         "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
+    "tributary_predict_column_online(text,name,integer)": [
+        {"setup": ["UPDATE ann.films SET guess = NULL",
+                   "SELECT 1 FROM public.tributary_train(predictor => 'sp_pred', tbl => 'ann.films', label => 'genre', "
+                   "embedding => 'e', algorithm => 'logistic', k => 3)"],
+         "call": "SELECT public.tributary_predict_column_online(predictor => 'sp_pred', target => 'guess')",
+         "check": "SELECT id, guess FROM ann.films ORDER BY id",
          "teardown": ["SELECT public.tributary_drop_predictor(predictor => 'sp_pred')"]}],
     "tributary_drop_predictor(text)": [
         {"setup": ["UPDATE ann.films SET guess = NULL",

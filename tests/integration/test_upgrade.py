@@ -264,7 +264,7 @@ def pjob(c, job_id):
 def test_predictors_and_predict_jobs_after_update_from_0_11_0(env):
     """A predictor trained and a predict job made under 0.11.0's SQL (0.10.0 and its update to
     0.11.0), then ALTER EXTENSION UPDATE: the predictor predicts as before, one row through
-    indexes, labelled => true works, the old job (statement-level triggers) keeps its column
+    indexes, tributary_predict_column_online works, the old job (statement-level triggers) keeps its column
     current, and the updated extension is a fresh install. (Trained by this library: the crate's
     features are this version's; the SQL's time parts are off, and its options say so.)"""
     name = "tributary_upgrade_0110"
@@ -305,7 +305,7 @@ def test_predictors_and_predict_jobs_after_update_from_0_11_0(env):
             one = dict(c.execute("SELECT e.id, p.prediction FROM up_ev e, tributary_predict('up_p', e) p "
                                  "WHERE e.kind IS NULL").fetchall())
             assert one == before
-            assert c.execute("SELECT tributary_predict_column('up_p', 'guess2', labelled => true)").fetchone()[0] == 800
+            assert c.execute("SELECT tributary_predict_column_online('up_p', 'guess2')").fetchone()[0] == 800
             # The old job goes on (a new row, refreshed).
             runs = pjob(c, old_job)["runs"]
             c.execute("INSERT INTO up_ev (id, person_id, day, note) VALUES (801, 7, 101, 'event number 801')")
