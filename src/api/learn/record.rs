@@ -114,8 +114,9 @@ fn answer(preds: Vec<learn::Prediction>, evidence_keys: &[String]) -> Predicted 
 }
 
 /// A predictor's plan and model as one backend's last call of it had them, for its next calls
-/// while the predictor (its version), the table (its pg_class row: columns, privileges,
-/// row-level security switched on or off) and the user are the same.
+/// while the predictor (its version), the table (its pg_class row and its pg_attribute rows:
+/// columns added, renamed or dropped, privileges, row-level security switched on or off) and the
+/// user are the same.
 struct PlanCache {
     key: (String, u32, String),
     oid: pg_sys::Oid,
@@ -145,7 +146,10 @@ fn predict_related(
     let head = crate::service::learn::stored_head(name)?;
     let oid = RegClass(head.tbl).lock()?;
     let table_version = crate::pg::spi::select_one::<String>(
-        "SELECT CAST(xmin AS pg_catalog.text) FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) $1",
+        "SELECT CAST(c.xmin AS pg_catalog.text) OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) \
+                (SELECT pg_catalog.string_agg(CAST(a.xmin AS pg_catalog.text), ',' ORDER BY a.attnum) \
+                   FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid) \
+           FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
         &[oid.into()],
     )
     .map_err(spi_error)?
