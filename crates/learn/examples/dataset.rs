@@ -7,17 +7,39 @@
 //!
 //! JSON: `as_of` [n] f64, `label` [n] string|null, `role` [n] "train"|"test", `text` [n] string,
 //! `paths` {name: [[row, group], ...]}, `numbers` {name: [n] f64|null},
-//! `categories` {name: [n] string|null}. Prints the report rows train returns.
+//! `categories` {name: [n] string|null}. Prints the report rows train returns, and to stderr the
+//! seconds spent in each stage of the training (from its progress reports).
 
+use std::sync::Mutex;
 use std::time::Instant;
 use tributary_learn::*;
 
-struct Ctl;
+/// The stage being reported and when it began; each stage's seconds go to stderr as it ends.
+struct Ctl(Mutex<Option<(String, Instant)>>);
+impl Ctl {
+    fn end(&self) {
+        if let Some((stage, t)) = self.0.lock().unwrap().take() {
+            eprintln!("{:>8.2} s  {stage}", t.elapsed().as_secs_f64());
+        }
+    }
+}
 impl Control for Ctl {
     fn check(&self) -> Result<(), Error> {
         Ok(())
     }
-    fn progress(&self, _stage: &str, _done: u64, _total: u64) {}
+    fn progress(&self, stage: &str, _done: u64, _total: u64) {
+        if self
+            .0
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|s| s.0 == stage)
+        {
+            return;
+        }
+        self.end();
+        *self.0.lock().unwrap() = Some((stage.to_string(), Instant::now()));
+    }
 }
 
 fn main() {
@@ -91,7 +113,9 @@ fn main() {
         ..Default::default()
     };
     let t0 = Instant::now();
-    let t = train(&ds, &roles, &opts, &Ctl).expect("train");
+    let ctl = Ctl(Mutex::new(None));
+    let t = train(&ds, &roles, &opts, &ctl).expect("train");
+    ctl.end();
     println!(
         "trained in {:.1} s: {} features, head {}, history {}",
         t0.elapsed().as_secs_f64(),

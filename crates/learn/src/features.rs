@@ -113,17 +113,57 @@ pub(crate) fn features(
     threads: usize,
     sh: &Shared,
 ) -> Option<Feats> {
+    let nb = Neighbours::Search(None);
+    features_with(
+        ds, lay, paths, known, queries, text_feats, cut, nb, threads, sh,
+    )
+    .map(|f| f.0)
+}
+
+/// Where the k-NN votes' neighbours come from.
+pub(crate) enum Neighbours {
+    /// A search among the known rows; with a time, each query at or after it also gets its
+    /// neighbours among the known rows strictly before it (the second result of
+    /// [`features_with`]; `knn::search`'s `snap`).
+    Search(Option<f64>),
+    /// Lists given, one per query (from such a snapshot).
+    Given(knn::Lists),
+}
+
+/// [`features`], with the neighbours searched or given (`nb`); also the snapshot's lists of a
+/// search with a time (else empty).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn features_with(
+    ds: &Dataset,
+    lay: &Layout,
+    paths: &[&GroupPath],
+    known: &[Option<Y>],
+    queries: &[u32],
+    text_feats: &[f32],
+    cut: Option<&[f64]>,
+    nb: Neighbours,
+    threads: usize,
+    sh: &Shared,
+) -> Option<(Feats, knn::Lists)> {
     let nf = lay.nf();
     let nq = queries.len();
     let mut x = vec![f32::NAN; nq * nf];
     let as_of = ds.as_of.as_deref();
     let mut col = 0;
     let mut neigh = vec![Vec::new(); nq];
+    let mut snaps = Vec::new();
     if lay.has_knn {
         let emb = ds.embedding.as_ref()?;
-        let kmask: Vec<bool> = known.iter().map(|y| y.is_some()).collect();
         let k5 = 5 * lay.k;
-        let res = knn::search(emb, as_of, &kmask, queries, k5, threads, sh)?;
+        let res = match nb {
+            Neighbours::Search(snap) => {
+                let kmask: Vec<bool> = known.iter().map(|y| y.is_some()).collect();
+                let (res, s) = knn::search(emb, as_of, &kmask, queries, k5, threads, sh, snap)?;
+                snaps = s;
+                res
+            }
+            Neighbours::Given(v) => v,
+        };
         let w = lay.knn_w();
         for (qi, lst) in res.into_iter().enumerate() {
             let row = &mut x[qi * nf + col..qi * nf + col + w];
@@ -201,7 +241,7 @@ pub(crate) fn features(
         col += 1;
     }
     debug_assert_eq!(col, nf);
-    Some((x, neigh, hist_counts))
+    Some(((x, neigh, hist_counts), snaps))
 }
 
 /// The first column of the history paths' columns.

@@ -101,16 +101,34 @@ fn bin_of(cuts: &[f32], x: f32) -> u8 {
     }
 }
 
-/// Bytes of a fit over `n` rows, `nf` features, `k` outputs.
+/// Bytes of a fit over `n` rows, `nf` features, `k` outputs (a bound: histograms of 256 bins
+/// a feature, at most depth + 1 of them alive in a tree's growth).
 pub(crate) fn memory(n: usize, nf: usize, k: usize, threads: usize) -> usize {
     n * nf + n * k * 4 * 4 + threads * (nf * 256 * 24 * 12 + n * 4)
 }
 
+/// Histogram of a node: (sum of gradients, sum of hessians, rows) per bin, the bins of feature
+/// `f` at `off[f]..off[f + 1]` (compact: a feature of 2 distinct values takes 3 bins, not 256,
+/// so that a histogram stays in cache and a new one costs little to zero).
 type Hist = Vec<[f64; 3]>;
+
+/// Offsets of each feature's bins in a [`Hist`]: feature `f` has `cuts[f].len() + 2` bins
+/// (missing, then one more than its cuts); the last entry is the histogram's length.
+fn offsets(cuts: &[Vec<f32>]) -> Vec<usize> {
+    let mut off = Vec::with_capacity(cuts.len() + 1);
+    let mut o = 0;
+    off.push(0);
+    for c in cuts {
+        o += c.len() + 2;
+        off.push(o);
+    }
+    off
+}
 
 struct Grow<'a> {
     bins: &'a [u8],
     nf: usize,
+    off: &'a [usize],
     g: &'a [f32],
     h: &'a [f32],
     p: Params,
@@ -121,13 +139,14 @@ struct Grow<'a> {
 impl Grow<'_> {
     fn hist(&self, rows: &[u32]) -> Hist {
         let nf = self.nf;
-        let mut h = vec![[0f64; 3]; nf * 256];
+        let off = &self.off[..nf];
+        let mut h = vec![[0f64; 3]; self.off[nf]];
         for &r in rows {
             let r = r as usize;
             let (g, hh) = (self.g[r] as f64, self.h[r] as f64);
             let b = &self.bins[r * nf..(r + 1) * nf];
-            for (f, &bv) in b.iter().enumerate() {
-                let e = &mut h[f * 256 + bv as usize];
+            for (&o, &bv) in off.iter().zip(b) {
+                let e = &mut h[o + bv as usize];
                 e[0] += g;
                 e[1] += hh;
                 e[2] += 1.0;
@@ -149,22 +168,43 @@ impl Grow<'_> {
         (self.nodes.len() - 1) as u32
     }
 
-    fn grow(&mut self, rows: &mut [u32], hist: Hist, depth: usize, cuts: &[Vec<f32>]) -> u32 {
+    /// Whether a node of `n` rows at `depth` may split (else it is a leaf, and needs no
+    /// histogram: its sums are taken from its rows).
+    fn may_split(&self, n: usize, depth: usize) -> bool {
+        depth < self.p.depth && n >= 2 * self.p.min_leaf
+    }
+
+    /// Grows the node of `rows` (reordered: left rows first at every split); `hist` is their
+    /// histogram, `None` for a node that may not split.
+    fn grow(
+        &mut self,
+        rows: &mut [u32],
+        hist: Option<Hist>,
+        depth: usize,
+        cuts: &[Vec<f32>],
+    ) -> u32 {
+        let n = rows.len();
+        let Some(hist) = hist.filter(|_| self.may_split(n, depth)) else {
+            let (mut gs, mut hs) = (0.0, 0.0);
+            for &r in rows.iter() {
+                gs += self.g[r as usize] as f64;
+                hs += self.h[r as usize] as f64;
+            }
+            return self.leaf(gs, hs);
+        };
         let (mut gs, mut hs) = (0.0, 0.0);
-        for e in &hist[0..256] {
+        // Every row is in exactly one bin of feature 0.
+        for e in &hist[..self.off.get(1).copied().unwrap_or(0)] {
             gs += e[0];
             hs += e[1];
         }
-        let n = rows.len();
         let lam = self.p.lambda;
-        if depth >= self.p.depth || n < 2 * self.p.min_leaf {
-            return self.leaf(gs, hs);
-        }
         let parent = gs * gs / (hs + lam);
         let mut best = (0.0f64, usize::MAX, 0usize);
         for f in 0..self.nf {
-            let hf = &hist[f * 256..(f + 1) * 256];
+            let hf = &hist[self.off[f]..self.off[f + 1]];
             let (mut gl, mut hl, mut cl) = (0.0, 0.0, 0.0);
+            // Split after bin t (left: bin <= t); the last bin is never one.
             let nb = cuts[f].len() + 1;
             for (t, e) in hf.iter().enumerate().take(nb) {
                 gl += e[0];
@@ -203,13 +243,23 @@ impl Grow<'_> {
         } else {
             (false, &*r)
         };
-        let hs_small = self.hist(small);
-        let mut hs_big = hist;
-        for (a, b) in hs_big.iter_mut().zip(&hs_small) {
-            a[0] -= b[0];
-            a[1] -= b[1];
-            a[2] -= b[2];
-        }
+        // The smaller child's histogram is built, the larger's is the parent's minus it; none
+        // for children that will be leaves (the last level: a sixth of the work of a tree).
+        let big_len = n - small.len();
+        let (hs_small, hs_big) = if self.may_split(big_len, depth + 1) {
+            let hs_small = self.hist(small);
+            let mut hs_big = hist;
+            for (a, b) in hs_big.iter_mut().zip(&hs_small) {
+                a[0] -= b[0];
+                a[1] -= b[1];
+                a[2] -= b[2];
+            }
+            (Some(hs_small), Some(hs_big))
+        } else if self.may_split(small.len(), depth + 1) {
+            (Some(self.hist(small)), None)
+        } else {
+            (None, None)
+        };
         let (hl_, hr_) = if small_is_left {
             (hs_small, hs_big)
         } else {
@@ -328,6 +378,7 @@ impl Gbdt {
         for &r in fit.iter().chain(valid) {
             score[r * k..(r + 1) * k].copy_from_slice(&base);
         }
+        let off = offsets(&cuts);
         let mut m = Gbdt {
             k,
             base,
@@ -365,6 +416,7 @@ impl Gbdt {
                 let mut gr = Grow {
                     bins: &bins,
                     nf,
+                    off: &off,
                     g: &g[cl],
                     h: &h[cl],
                     p,
@@ -373,7 +425,7 @@ impl Gbdt {
                 };
                 let mut rows: Vec<u32> = fit.iter().map(|&r| r as u32).collect();
                 let hist = gr.hist(&rows);
-                gr.grow(&mut rows, hist, 0, &m.cuts);
+                gr.grow(&mut rows, Some(hist), 0, &m.cuts);
                 (Tree { nodes: gr.nodes }, gr.gain)
             });
             if sh.stopped() {

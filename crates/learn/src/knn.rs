@@ -24,6 +24,9 @@ pub(crate) fn memory(
     n_cand * dim * 4 + threads * (QB * CB * 4 + QB * dim * 4) + n_query * kk * 8
 }
 
+/// Each query's neighbours `(row, cosine)`, best first.
+pub(crate) type Lists = Vec<Vec<(u32, f32)>>;
+
 fn normalise(v: &[f32], out: &mut [f32]) {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     let s = if n > 0.0 { 1.0 / n } else { 0.0 };
@@ -35,7 +38,12 @@ fn normalise(v: &[f32], out: &mut [f32]) {
 /// For each query row (index into the dataset), its up to `kk` nearest known rows
 /// `(row, cosine)`, best first. `known[j]` marks candidate rows; `as_of` (when given) restricts
 /// a query to candidates with a strictly smaller time, otherwise to all candidates but itself.
-/// Queries without an embedding get an empty list. `None` when stopped.
+/// Queries without an embedding get an empty list. With `snap` (a time; needs `as_of`), each
+/// query at or after it also gets its list among the candidates strictly earlier than `snap`
+/// (second result; empty for the other queries): what a search with only those candidates
+/// known would return, taken in the same pass (the stale validation rows' neighbours, which
+/// were a second search over most of the same candidates). `None` when stopped.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn search(
     emb: &Embeddings,
     as_of: Option<&[f64]>,
@@ -44,7 +52,8 @@ pub(crate) fn search(
     kk: usize,
     threads: usize,
     sh: &Shared,
-) -> Option<Vec<Vec<(u32, f32)>>> {
+    snap: Option<f64>,
+) -> Option<(Lists, Lists)> {
     let d = emb.dim;
     let t = |i: usize| as_of.map_or(0.0, |a| a[i]);
     let mut cand: Vec<u32> = (0..known.len())
@@ -73,6 +82,15 @@ pub(crate) fn search(
             cand.len()
         }
     };
+    let snap = snap.filter(|_| as_of.is_some());
+    // Candidates before the snapshot: a prefix of `cand`.
+    let ns = snap.map_or(usize::MAX, |tc| ctimes.partition_point(|&c| c < tc));
+    let best = |top: &[(f32, u32)]| -> Vec<(u32, f32)> {
+        let mut top = top.to_vec();
+        top.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        top.truncate(kk);
+        top.into_iter().map(|(v, j)| (j, v)).collect()
+    };
     let nblocks = qs.len().div_ceil(QB);
     let stop = &sh.stop;
     let res = par_map(threads, nblocks, stop, |b| {
@@ -88,9 +106,25 @@ pub(crate) fn search(
         let mut tops: Vec<Vec<(f32, u32)>> = vec![Vec::with_capacity(kk + 1); nq];
         let mut mins = vec![f32::NEG_INFINITY; nq];
         let mut s = vec![0f32; nq * CB];
+        // Queries at or after the snapshot, and their lists at it.
+        let wants: Vec<bool> = block
+            .iter()
+            .map(|&q| snap.is_some_and(|tc| t(q as usize) >= tc))
+            .collect();
+        let mut snaps: Option<Lists> = None;
         let mut c0 = 0;
         while c0 < pmax {
-            let cb = CB.min(pmax - c0);
+            if c0 == ns && snaps.is_none() {
+                snaps = Some(
+                    (0..nq)
+                        .map(|r| if wants[r] { best(&tops[r]) } else { Vec::new() })
+                        .collect(),
+                );
+            }
+            // Tiles end at the snapshot, so that its lists see exactly the candidates before it.
+            let cb = CB
+                .min(pmax - c0)
+                .min(if c0 < ns { ns - c0 } else { usize::MAX });
             // SAFETY: a is nq x d (row stride d), b is the transpose of cb candidate rows
             // (d x cb: row stride 1, column stride d), c is nq x cb (row stride cb); all in bounds.
             unsafe {
@@ -138,13 +172,20 @@ pub(crate) fn search(
             }
         }
         sh.tick(nq as u64);
-        tops.into_iter()
-            .map(|mut top| {
-                top.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-                top.truncate(kk);
-                top.into_iter().map(|(v, j)| (j, v)).collect::<Vec<_>>()
-            })
-            .collect::<Vec<_>>()
+        let main: Lists = tops.iter().map(|top| best(top)).collect();
+        // No candidate at or past the snapshot was read: the lists are the snapshot's.
+        let snaps = snaps.unwrap_or_else(|| {
+            (0..nq)
+                .map(|r| {
+                    if wants[r] {
+                        main[r].clone()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect()
+        });
+        (main, snaps)
     });
     if sh.stopped() {
         return None;
@@ -154,11 +195,14 @@ pub(crate) fn search(
         pos[q as usize] = i;
     }
     let mut out = vec![Vec::new(); queries.len()];
+    let mut out_snap = vec![Vec::new(); queries.len()];
     for (b, r) in res.into_iter().enumerate() {
-        let r = r?;
-        for (i, lst) in r.into_iter().enumerate() {
-            out[pos[qs[b * QB + i] as usize]] = lst;
+        let (r, rs) = r?;
+        for (i, (lst, ls)) in r.into_iter().zip(rs).enumerate() {
+            let p = pos[qs[b * QB + i] as usize];
+            out[p] = lst;
+            out_snap[p] = ls;
         }
     }
-    Some(out)
+    Some((out, out_snap))
 }

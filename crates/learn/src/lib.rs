@@ -61,6 +61,7 @@ mod knn;
 mod linear;
 mod par;
 mod text;
+mod text_fit;
 mod validate;
 
 mod features;
@@ -78,6 +79,7 @@ use std::fmt;
 use features::*;
 use head::*;
 pub use predict::predict;
+use text_fit::{text_features, TextRows};
 pub use train::train;
 pub use validate::{set_interrupt_check, INVALID_MODEL, MAX_K, MAX_THREADS};
 

@@ -129,3 +129,24 @@ pub(crate) fn par_map<R: Send>(
     }
     out
 }
+
+/// [`par_map`], the items started in decreasing `cost` (longest first: the last item to start is
+/// a short one, so no thread idles through a long tail; Graham's LPT rule); results in order.
+pub(crate) fn par_map_longest_first<R: Send>(
+    threads: usize,
+    n: usize,
+    stop: &AtomicBool,
+    cost: impl Fn(usize) -> u64,
+    f: impl Fn(usize) -> R + Sync,
+) -> Vec<Option<R>> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(cost(i)));
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    for (r, i) in par_map(threads, n, stop, |p| f(order[p]))
+        .into_iter()
+        .zip(&order)
+    {
+        out[*i] = r;
+    }
+    out
+}

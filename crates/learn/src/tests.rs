@@ -423,6 +423,42 @@ fn crossed_paths_share_both_parents() {
     assert!(history::cross(&a, &l, 40, false).is_some());
 }
 
+/// A search's snapshot lists (the stale validation rows' neighbours) equal a second search in
+/// which only the rows before the snapshot's time are known, for every query at or after it;
+/// the snapshot falls inside a candidate tile (tiles of knn::CB) and at time 0 (no candidates).
+#[test]
+fn knn_snapshot_equals_a_search_of_the_earlier_rows() {
+    let n = 5000;
+    let ds = synth(n, true);
+    let emb = ds.embedding.as_ref().unwrap();
+    let t = ds.as_of.as_deref().unwrap();
+    let sh = par::Shared {
+        stop: Default::default(),
+        done: Default::default(),
+    };
+    let qs: Vec<u32> = (0..n as u32).collect();
+    let known: Vec<bool> = (0..n).map(|i| i % 7 != 3).collect();
+    let mut sorted = t.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    for tc in [sorted[n * 3 / 4], sorted[n / 3], f64::NEG_INFINITY] {
+        let (main, snaps) = knn::search(emb, Some(t), &known, &qs, 10, 2, &sh, Some(tc)).unwrap();
+        let before: Vec<bool> = (0..n).map(|i| known[i] && t[i] < tc).collect();
+        let (alone, _) = knn::search(emb, Some(t), &before, &qs, 10, 2, &sh, None).unwrap();
+        let mut later = 0;
+        for q in 0..n {
+            if t[q] >= tc {
+                later += 1;
+                assert_eq!(snaps[q], alone[q], "query {q}, snapshot at {tc}");
+                assert!(snaps[q].iter().all(|&(j, _)| t[j as usize] < tc));
+            } else {
+                assert!(snaps[q].is_empty());
+                assert_eq!(main[q], alone[q], "query {q} is before the snapshot");
+            }
+        }
+        assert!(later > 0);
+    }
+}
+
 #[test]
 fn knn_is_strictly_earlier_and_exact() {
     let ds = synth(200, true);
@@ -434,7 +470,9 @@ fn knn_is_strictly_earlier_and_exact() {
     };
     let t = ds.as_of.as_deref().unwrap();
     let qs: Vec<u32> = (0..200).collect();
-    let res = knn::search(emb, Some(t), &known, &qs, 5, 2, &sh).unwrap();
+    let res = knn::search(emb, Some(t), &known, &qs, 5, 2, &sh, None)
+        .unwrap()
+        .0;
     for (q, lst) in res.iter().enumerate() {
         assert!(lst.iter().all(|&(j, _)| t[j as usize] < t[q]));
         // Brute force.
@@ -644,7 +682,9 @@ fn knn_timing() {
     };
     let qs: Vec<u32> = (0..n as u32).collect();
     let t0 = std::time::Instant::now();
-    let r = knn::search(&emb, Some(&t), &vec![true; n], &qs, 50, 2, &sh).unwrap();
+    let r = knn::search(&emb, Some(&t), &vec![true; n], &qs, 50, 2, &sh, None)
+        .unwrap()
+        .0;
     eprintln!(
         "knn {n} x {dim}, k=50, 2 threads: {:.1} s",
         t0.elapsed().as_secs_f64()

@@ -156,151 +156,24 @@ pub fn train(
     let mut text_model = None;
     let mut text_valid: Vec<f32> = Vec::new();
     if let Some(texts) = &ds.text {
-        let as_of = ds.as_of.as_deref();
-        let (tm, tf, tv) = polled(ctl, "text", 7 + TEXT_GRID.len() as u64, |sh| {
-            let tfidf = text::Tfidf::fit(texts, &train_rows);
-            let mut csr = Csr::new(tfidf.terms.len());
-            for &q in &queries {
-                tfidf.row(&texts[q as usize], &mut csr);
-            }
-            let ntr = train_rows.len();
-            // Positions (into queries) of the training rows in time order.
-            let mut order: Vec<usize> = (0..ntr).collect();
-            if let Some(t) = as_of {
-                order.sort_by(|&a, &b| {
-                    t[train_rows[a]]
-                        .total_cmp(&t[train_rows[b]])
-                        .then(a.cmp(&b))
-                });
-            }
-            let target_of = |pos: &[usize]| -> (Vec<u32>, Vec<f64>) {
-                let (mut c, mut v) = (Vec::new(), Vec::new());
-                for &p in pos {
-                    match known[train_rows[p]] {
-                        Some(Y::Class(x)) => c.push(x),
-                        Some(Y::Num(x)) => v.push(x),
-                        None => {}
-                    }
-                }
-                (c, v)
-            };
-            // folds: (rows scored, rows fitted)
-            let mut folds: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
-            match as_of {
-                Some(t) => {
-                    let nb = 6;
-                    for b in 1..nb {
-                        let block: Vec<usize> = order[b * ntr / nb..(b + 1) * ntr / nb].to_vec();
-                        if block.is_empty() {
-                            continue;
-                        }
-                        let t0 = t[train_rows[block[0]]];
-                        let fitr: Vec<usize> = order
-                            .iter()
-                            .copied()
-                            .filter(|&p| t[train_rows[p]] < t0)
-                            .collect();
-                        folds.push((block, fitr));
-                    }
-                }
-                None => {
-                    for f in 0..5 {
-                        let block: Vec<usize> = (0..ntr).filter(|p| p % 5 == f).collect();
-                        let fitr: Vec<usize> = (0..ntr).filter(|p| p % 5 != f).collect();
-                        folds.push((block, fitr));
-                    }
-                }
-            }
-            let fit_on = |fitr: &[usize], set: Fit| -> Option<Linear> {
-                let (c, v) = target_of(fitr);
-                let y = if classes.is_some() {
-                    Target::Class(&c, nc)
-                } else {
-                    Target::Value(&v)
-                };
-                let m = Linear::fit(&csr, fitr, &y, set, sh);
-                sh.tick(1);
-                m
-            };
-            let mut out_v = vec![f32::NAN; if stale { valid.len() * tw } else { 0 }];
-            let mut buf = vec![0f32; tw];
-            // The validation rows scored by models of the early rows alone, one per setting of
-            // TEXT_GRID; the setting whose text alone scores best there (accuracy, or -MAE; ties
-            // to the earlier) fits every other fold, as a data scientist picks TF-IDF + LR's C on
-            // a time-ordered validation slice (benches/learn.py does). With as_of, that model's
-            // probabilities are the validation rows' text features (stale validation).
-            let mut set = TEXT_GRID[0];
-            if !valid.is_empty() {
-                // Each setting's (score, validation rows' probabilities); its model is dropped.
-                let scored = par::par_map(threads, TEXT_GRID.len(), &sh.stop, |gi| {
-                    let m = fit_on(&early, TEXT_GRID[gi])?;
-                    let mut pv = vec![f32::NAN; valid.len() * tw];
-                    let mut score = 0f64;
-                    let mut buf = vec![0f32; tw];
-                    for (vi, &p) in valid.iter().enumerate() {
-                        let (i, v) = csr.row(p);
-                        m.predict(i, v, &mut buf);
-                        pv[vi * tw..(vi + 1) * tw].copy_from_slice(&buf);
-                        score += match known[train_rows[p]] {
-                            Some(Y::Class(c)) => f64::from(u8::from(argmax(&buf) == c as usize)),
-                            Some(Y::Num(x)) => -(f64::from(buf[0]) - x).abs(),
-                            None => 0.0,
-                        };
-                    }
-                    Some((score, pv))
-                });
-                if sh.stopped() {
-                    return Ok((None, Vec::new(), Vec::new()));
-                }
-                let mut best = f64::NEG_INFINITY;
-                for (gi, r) in scored.into_iter().enumerate() {
-                    let Some(Some((score, pv))) = r else { continue };
-                    if score > best {
-                        best = score;
-                        set = TEXT_GRID[gi];
-                        if stale {
-                            out_v = pv;
-                        }
-                    }
-                }
-            }
-            let all: Vec<usize> = (0..ntr).collect();
-            folds.push((Vec::new(), all));
-            let fits = par::par_map(threads, folds.len(), &sh.stop, |fi| {
-                let fitr = &folds[fi].1;
-                if fitr.is_empty() {
-                    return None;
-                }
-                fit_on(fitr, set)
-            });
-            if sh.stopped() {
-                return Ok((None, Vec::new(), Vec::new()));
-            }
-            let mut out = vec![f32::NAN; nq * tw];
-            let nfold = folds.len();
-            let mut full = None;
-            for (fi, m) in fits.into_iter().enumerate() {
-                let Some(Some(m)) = m else { continue };
-                if fi + 1 == nfold {
-                    for qi in ntr..nq {
-                        let (i, v) = csr.row(qi);
-                        m.predict(i, v, &mut buf);
-                        out[qi * tw..(qi + 1) * tw].copy_from_slice(&buf);
-                    }
-                    full = Some(m);
-                } else {
-                    for &p in &folds[fi].0 {
-                        let (i, v) = csr.row(p);
-                        m.predict(i, v, &mut buf);
-                        out[p * tw..(p + 1) * tw].copy_from_slice(&buf);
-                    }
-                }
-            }
-            Ok((full.map(|lin| TextModel { tfidf, lin }), out, out_v))
-        })?;
-        text_model = tm;
-        text_feats = tf;
-        text_valid = tv;
+        let rows = TextRows {
+            train: &train_rows,
+            queries: &queries,
+            early: &early,
+            valid: &valid,
+        };
+        let target = (classes.is_some(), nc);
+        (text_model, text_feats, text_valid) = text_features(
+            texts,
+            ds.as_of.as_deref(),
+            &known,
+            rows,
+            stale,
+            target,
+            tw,
+            threads,
+            ctl,
+        )?;
     }
 
     // Horizon: the training rows' history in forward time blocks, as a held-out period sees it.
@@ -314,8 +187,11 @@ pub fn train(
         let rows: Vec<usize> = order.iter().map(|&p| queries[p] as usize).collect();
         history::blocked_cuts(t, &rows, HISTORY_BLOCKS)
     });
-    let (mut x, _neigh, _hist) = polled(ctl, "features", nq as u64, |sh| {
-        features(
+    // With stale validation, the validation rows' neighbours among the early rows come from
+    // the same k-NN search (a snapshot at the first validation row's time).
+    let snap = stale.then(|| t_of(valid[0]));
+    let ((mut x, _neigh, _hist), mut snaps) = polled(ctl, "features", nq as u64, |sh| {
+        features_with(
             ds,
             &lay,
             &paths,
@@ -323,6 +199,7 @@ pub fn train(
             &queries,
             &text_feats,
             blocked_cut.as_deref(),
+            Neighbours::Search(snap),
             threads,
             sh,
         )
@@ -364,8 +241,18 @@ pub fn train(
             known_v[queries[p] as usize] = None;
         }
         let vq: Vec<u32> = valid.iter().map(|&p| queries[p]).collect();
-        let (xv, _, _) = polled(ctl, "validation features", vq.len() as u64, |sh| {
-            features(
+        let nb = if lay.has_knn {
+            Neighbours::Given(
+                valid
+                    .iter()
+                    .map(|&p| std::mem::take(&mut snaps[p]))
+                    .collect(),
+            )
+        } else {
+            Neighbours::Search(None)
+        };
+        let ((xv, _, _), _) = polled(ctl, "validation features", vq.len() as u64, |sh| {
+            features_with(
                 ds,
                 &lay,
                 &paths,
@@ -373,6 +260,7 @@ pub fn train(
                 &vq,
                 &text_valid,
                 None,
+                nb,
                 threads,
                 sh,
             )
@@ -386,6 +274,7 @@ pub fn train(
     } else {
         None
     };
+    drop(snaps);
     drop(text_valid);
     let x_valid: &[f32] = x_val.as_deref().unwrap_or(&x);
 
