@@ -96,6 +96,8 @@ fn type_name(typid: pg_sys::Oid) -> String {
 
 /// `tributary._text(v anyelement) → text`: `CAST(v AS text)` for built-in types (through
 /// domains), the type's output function for every other type; no role-made cast ever runs.
+/// The conversion is found on a call site's first call and kept in its `fn_extra`
+/// (`values::value_text_cached`): one function call a value after that.
 /// STRICT: NULL in, NULL out (a composite whose fields are all NULL is not NULL).
 ///
 /// Errors: 42P18 when the argument's type cannot be determined.
@@ -107,7 +109,7 @@ pub unsafe extern "C-unwind" fn tributary_value_text(
     // SAFETY: fcinfo is the call's; value_text takes a non-NULL datum of its own type.
     unsafe {
         let (value, typid) = argument(fcinfo);
-        values::value_text(value, typid)
+        values::value_text_cached((*fcinfo).flinfo, value, typid)
     }
 }
 
@@ -141,7 +143,8 @@ pub unsafe extern "C-unwind" fn tributary_row_jsonb(
 }
 
 /// `tributary._jsonb(v anyelement) → jsonb`: `to_jsonb(v)` of any value without any cast to json
-/// or jsonb (as [`tributary_row_json`] for rows). STRICT.
+/// or jsonb (as [`tributary_row_json`] for rows). STRICT. A scalar of a built-in type (through
+/// domains) goes to PostgreSQL's `to_jsonb`, found once a call site (`values::value_jsonb_cached`).
 ///
 /// Errors: 42P18 as [`tributary_value_text`].
 #[pg_guard]
@@ -152,7 +155,7 @@ pub unsafe extern "C-unwind" fn tributary_value_jsonb(
     // SAFETY: fcinfo is the call's (one argument, STRICT).
     unsafe {
         let (value, typid) = argument(fcinfo);
-        values::value_jsonb(value, typid)
+        values::value_jsonb_cached((*fcinfo).flinfo, value, typid)
     }
 }
 

@@ -92,6 +92,163 @@ pub(crate) unsafe fn value_text(value: pg_sys::Datum, typid: pg_sys::Oid) -> pg_
     }
 }
 
+/// How a call site of `tributary._text` / `tributary._jsonb` converts values of one type, found
+/// once and kept in the call's `fn_extra` (in `fn_mcxt`, as PostgreSQL's own array_out and
+/// record_out keep their I/O functions): each call of a statement over many rows then costs one
+/// function call, not the catalog lookups of [`value_text`] (a cast pathway, a type's base and
+/// output function; a one-row prediction reads ~10 values of each of ~1,000 related rows).
+#[repr(C)]
+struct CallCache {
+    /// The argument's type this was found for (a polymorphic call site has one, but a plan can
+    /// be reused with another: checked on every call).
+    typid: pg_sys::Oid,
+    kind: Conversion,
+    /// The function of `kind` (unused for `Relabel` and `Other`).
+    func: pg_sys::FmgrInfo,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq)]
+enum Conversion {
+    /// Text: the value is its text (a binary-coercible built-in type).
+    Relabel,
+    /// Text: PostgreSQL's own cast function of one argument.
+    Cast1,
+    /// Text: a length coercion (value, typmod -1, explicit).
+    Cast3,
+    /// Text: the type's output function.
+    Output,
+    /// JSON: PostgreSQL's `to_jsonb` (a scalar of a built-in type, through domains: it looks up
+    /// no cast to json for those, `jsonb_categorize_type`).
+    ToJsonb,
+    /// Neither: the uncached path ([`value_text`] / [`value_jsonb`]).
+    Other,
+}
+
+/// The call's cache for `typid`, made on its first call (or when the type changed).
+///
+/// # Safety
+/// `flinfo` must be the call's, in a transaction.
+unsafe fn call_cache(
+    flinfo: *mut pg_sys::FmgrInfo,
+    typid: pg_sys::Oid,
+    jsonb: bool,
+) -> *mut CallCache {
+    // SAFETY: fn_extra is ours (only these functions set it) and lives in fn_mcxt; the
+    // FmgrInfos are filled in fn_mcxt, so they live as long as the cache.
+    unsafe {
+        let mut c = (*flinfo).fn_extra as *mut CallCache;
+        if !c.is_null() && (*c).typid == typid {
+            return c;
+        }
+        if c.is_null() {
+            c = pg_sys::MemoryContextAllocZero((*flinfo).fn_mcxt, std::mem::size_of::<CallCache>())
+                as *mut CallCache;
+            (*flinfo).fn_extra = c.cast();
+        }
+        (*c).typid = typid;
+        let base = pg_sys::getBaseType(typid);
+        let mut func = pg_sys::InvalidOid;
+        (*c).kind = if jsonb {
+            let scalar = is_builtin(base)
+                && pg_sys::get_element_type(base) == pg_sys::InvalidOid
+                && !pg_sys::type_is_rowtype(base);
+            if scalar {
+                func = pg_sys::Oid::from(pg_sys::F_TO_JSONB);
+                Conversion::ToJsonb
+            } else {
+                Conversion::Other
+            }
+        } else if is_builtin(base) {
+            match pg_sys::find_coercion_pathway(
+                pg_sys::TEXTOID,
+                base,
+                pg_sys::CoercionContext::COERCION_EXPLICIT,
+                &mut func,
+            ) {
+                pg_sys::CoercionPathType::COERCION_PATH_RELABELTYPE => Conversion::Relabel,
+                pg_sys::CoercionPathType::COERCION_PATH_FUNC if func != pg_sys::InvalidOid => {
+                    if pg_sys::get_func_nargs(func) >= 3 {
+                        Conversion::Cast3
+                    } else {
+                        Conversion::Cast1
+                    }
+                }
+                _ => Conversion::Output,
+            }
+        } else {
+            Conversion::Output
+        };
+        if (*c).kind == Conversion::Output {
+            let mut varlena = false;
+            pg_sys::getTypeOutputInfo(base, &mut func, &mut varlena);
+        }
+        if func != pg_sys::InvalidOid && (*c).kind != Conversion::Relabel {
+            pg_sys::fmgr_info_cxt(func, &mut (*c).func, (*flinfo).fn_mcxt);
+            // to_jsonb finds its argument's type from the call expression: ours, whose one
+            // argument is the value.
+            (*c).func.fn_expr = (*flinfo).fn_expr;
+        }
+        c
+    }
+}
+
+/// [`value_text`] for the call `flinfo` (SQL `tributary._text`), with its conversion cached in
+/// the call (see [`CallCache`]); the same text.
+///
+/// # Safety
+/// As [`value_text`]; `flinfo` must be the call's.
+pub(crate) unsafe fn value_text_cached(
+    flinfo: *mut pg_sys::FmgrInfo,
+    value: pg_sys::Datum,
+    typid: pg_sys::Oid,
+) -> pg_sys::Datum {
+    // SAFETY: as the caller promises; the cache's functions were set up for this type.
+    unsafe {
+        let c = call_cache(flinfo, typid, false);
+        let coll = pg_sys::DEFAULT_COLLATION_OID;
+        match (*c).kind {
+            Conversion::Relabel => value,
+            Conversion::Cast1 => pg_sys::FunctionCall1Coll(&mut (*c).func, coll, value),
+            Conversion::Cast3 => pg_sys::FunctionCall3Coll(
+                &mut (*c).func,
+                coll,
+                value,
+                pg_sys::Datum::from(-1i32),
+                pg_sys::Datum::from(true),
+            ),
+            Conversion::Output => {
+                let cstr = pg_sys::OutputFunctionCall(&mut (*c).func, value);
+                let text = pg_sys::cstring_to_text(cstr);
+                pg_sys::pfree(cstr.cast());
+                pg_sys::Datum::from(text)
+            }
+            Conversion::ToJsonb | Conversion::Other => value_text(value, typid),
+        }
+    }
+}
+
+/// [`value_jsonb`] for the call `flinfo` (SQL `tributary._jsonb`): a scalar of a built-in type
+/// through PostgreSQL's `to_jsonb`, found once a call (see [`CallCache`]); the same JSON.
+///
+/// # Safety
+/// As [`value_jsonb`]; `flinfo` must be the call's.
+pub(crate) unsafe fn value_jsonb_cached(
+    flinfo: *mut pg_sys::FmgrInfo,
+    value: pg_sys::Datum,
+    typid: pg_sys::Oid,
+) -> pg_sys::Datum {
+    // SAFETY: as the caller promises.
+    unsafe {
+        let c = call_cache(flinfo, typid, true);
+        if (*c).kind == Conversion::ToJsonb {
+            pg_sys::FunctionCall1Coll(&mut (*c).func, pg_sys::InvalidOid, value)
+        } else {
+            value_jsonb(value, typid)
+        }
+    }
+}
+
 /// The output function's text of `value` (of type `typid`) as a text datum.
 ///
 /// # Safety

@@ -344,8 +344,11 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                     bytes += text.len() + 64;
                     texts.push(text);
                     if has_embedding {
-                        match row.get::<Vec<Option<f32>>>(7).map_err(spi_error)? {
-                            Some(v) if v.iter().all(Option::is_some) => {
+                        // The float4[] read in place (a slice of its data), not element by
+                        // element: 384 floats a row, every row of a training.
+                        let arr = row.get::<pgrx::Array<f32>>(7).map_err(spi_error)?;
+                        match arr.as_ref().and_then(|a| a.as_slice().ok()) {
+                            Some(v) => {
                                 let d = *dim.get_or_insert(v.len());
                                 if d != v.len() {
                                     return Err(TributaryError::Dimension {
@@ -354,7 +357,7 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                                         detail: "the embedding column holds vectors of different dimensions".into(),
                                     });
                                 }
-                                emb.extend(v.into_iter().map(|x| x.unwrap_or(0.0)));
+                                emb.extend_from_slice(v);
                                 present.push(true);
                             }
                             _ => {
