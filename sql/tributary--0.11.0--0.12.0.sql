@@ -55,6 +55,10 @@ $$;
 --                   each path and its %K5% nearest labelled rows, each found through an index
 --                   (of the key, a foreign key, a link table's columns, the embedding); NULL
 --                   without a one-column primary key
+--   related_rows_sql rows_sql for related_sql's rows: the text, embedding, numbers and
+--                   categories only for the record's own row and its nearest rows (NULL for the
+--                   others: only their key, time, label and groups make features); NULL
+--                   without a one-column primary key
 --   as_of_sql       a statement that turns $1 (text) into the as_of float8, for split_at
 --   signature       [[table, column, type], ...] of every column read
 --   paths, columns  every history path and feature column found (chosen or not)
@@ -141,6 +145,8 @@ DECLARE
     pnn text[];
     ptx text[];
     emb_expr text := 'CAST(NULL AS pg_catalog.float4[])';
+    knn_keys text;
+    sel text[];
     ridx integer;
     related text[] := '{}';
     pk name[];
@@ -578,11 +584,28 @@ BEGIN
                                               CASE WHEN as_of IS NOT NULL THEN format(' AND x.%I > %%ROW%%.%I', as_of, as_of) ELSE '' END, r), '' ORDER BY o), '')
               FROM unnest(related) WITH ORDINALITY u(r, o)) END;
     IF embedding IS NOT NULL THEN
-        related := related || format('x.%I = ANY (ARRAY(SELECT y.%I FROM %s y WHERE y.%I IS NOT NULL AND y.%I IS NOT NULL%s ORDER BY y.%I OPERATOR(%s.<=>) %s.%I LIMIT %%K5%%))',
-            pk[1], pk[1], tbl, label, embedding,
+        knn_keys := format('SELECT y.%I FROM %s y WHERE y.%I IS NOT NULL AND y.%I IS NOT NULL%s ORDER BY y.%I OPERATOR(%s.<=>) %s.%I LIMIT %%K5%%',
+            pk[1], tbl, label, embedding,
             CASE WHEN as_of IS NOT NULL THEN format(' AND y.%I < %%ROW%%.%I', as_of, as_of) ELSE '' END,
             embedding, vec, '%ROW%', embedding);
+        related := related || format('x.%I = ANY (ARRAY(%s))', pk[1], knn_keys);
     END IF;
+    -- rows_sql's columns after ctid: as_of, label, text, embedding, numbers, categories, groups,
+    -- referenced keys.
+    sel := ARRAY[as_of_expr,
+        CASE kind WHEN 'number' THEN format('CAST(t.%I AS pg_catalog.float8)', label)
+                  ELSE format('tributary._text(t.%I)', label) END,
+        CASE WHEN cardinality(texts) = 0 THEN 'CAST(NULL AS pg_catalog.text)'
+             ELSE format('pg_catalog.concat_ws('' '', %s)', array_to_string(texts, ', ')) END,
+        emb_expr,
+        CASE WHEN cardinality(nums) = 0 THEN 'CAST(NULL AS pg_catalog.float8[])'
+             ELSE format('CAST(%s AS pg_catalog.float8[])', array_to_string(nums, ' OPERATOR(pg_catalog.||) ')) END,
+        CASE WHEN cardinality(cats) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+             ELSE format('ARRAY[%s]', array_to_string(cats, ', ')) END,
+        CASE WHEN cardinality(groups) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+             ELSE format('ARRAY[%s]', array_to_string(groups, ', ')) END,
+        CASE WHEN cardinality(refs) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
+             ELSE format('ARRAY[%s]', array_to_string(refs, ', ')) END];
 
     RETURN jsonb_build_object(
         -- The indexes one row's prediction wants and the table has none of: an index whose
@@ -627,21 +650,22 @@ BEGIN
                       FROM unnest(related) WITH ORDINALITY u(r, o)),
                    CASE WHEN as_of IS NOT NULL THEN format(' AND (t.%I = %%ROW%%.%I OR t.%I < %%ROW%%.%I)', pk[1], pk[1], as_of, as_of) ELSE '' END) END,
         'kind', kind,
-        'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM %%SOURCE%% t ORDER BY CAST(%1$s AS pg_catalog.text) COLLATE pg_catalog."C"',
-            key_expr, '%TABLEOID%', '%CTID%', as_of_expr,
-            CASE kind WHEN 'number' THEN format('CAST(t.%I AS pg_catalog.float8)', label)
-                      ELSE format('tributary._text(t.%I)', label) END,
-            CASE WHEN cardinality(texts) = 0 THEN 'CAST(NULL AS pg_catalog.text)'
-                 ELSE format('pg_catalog.concat_ws('' '', %s)', array_to_string(texts, ', ')) END,
-            emb_expr,
-            CASE WHEN cardinality(nums) = 0 THEN 'CAST(NULL AS pg_catalog.float8[])'
-                 ELSE format('CAST(%s AS pg_catalog.float8[])', array_to_string(nums, ' OPERATOR(pg_catalog.||) ')) END,
-            CASE WHEN cardinality(cats) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
-                 ELSE format('ARRAY[%s]', array_to_string(cats, ', ')) END,
-            CASE WHEN cardinality(groups) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
-                 ELSE format('ARRAY[%s]', array_to_string(groups, ', ')) END,
-            CASE WHEN cardinality(refs) = 0 THEN 'CAST(NULL AS pg_catalog.text[])'
-                 ELSE format('ARRAY[%s]', array_to_string(refs, ', ')) END),
+        'rows_sql', format('SELECT CAST(%s AS pg_catalog.text), %s, %s, %s FROM %%SOURCE%% t ORDER BY CAST(%1$s AS pg_catalog.text) COLLATE pg_catalog."C"',
+            key_expr, '%TABLEOID%', '%CTID%', array_to_string(sel, ', ')),
+        -- The features of a related row that is neither the record's own nor one of its nearest
+        -- are its key, time, label and groups: its text, embedding, numbers and categories are
+        -- not read (a prolific person's ~1,500 earlier films, each read whole, were most of a
+        -- one-row prediction).
+        -- (The nearest rows' keys are found once, in a CTE, not once a column.)
+        'related_rows_sql', CASE WHEN cardinality(pk) = 1 THEN
+            format('%sSELECT CAST(%s AS pg_catalog.text), %s, %s, %s, %s, %s FROM %%SOURCE%% t%s ORDER BY CAST(%2$s AS pg_catalog.text) COLLATE pg_catalog."C"',
+                CASE WHEN knn_keys IS NOT NULL THEN format('WITH nn AS MATERIALIZED (SELECT ARRAY(%s) AS k) ', knn_keys) ELSE '' END,
+                key_expr, '%TABLEOID%', '%CTID%', array_to_string(sel[1:2], ', '),
+                (SELECT string_agg(format('CASE WHEN %s THEN %s END', format('t.%I = %%ROW%%.%I', pk[1], pk[1])
+                                          || CASE WHEN knn_keys IS NOT NULL THEN format(' OR t.%I = ANY (nn.k)', pk[1]) ELSE '' END, e), ', ' ORDER BY o)
+                   FROM unnest(sel[3:6]) WITH ORDINALITY u(e, o)),
+                array_to_string(sel[7:8], ', '),
+                CASE WHEN knn_keys IS NOT NULL THEN ' CROSS JOIN nn' ELSE '' END) END,
         'numbers', to_jsonb(num_names),
         'categories', to_jsonb(cat_names),
         'parents', to_jsonb(group_names),

@@ -45,6 +45,11 @@ pub struct Spec {
     /// indexes; None for a table without a one-column primary key, or a plan before 0.12.0.
     #[serde(default)]
     pub related_sql: Option<String>,
+    /// `rows_sql` for `related_sql`'s rows, without the text, embedding, numbers and categories
+    /// of the rows that are neither the record's own nor its nearest (their key, time, label and
+    /// groups are all their features use); None before this field existed (then `rows_sql`).
+    #[serde(default)]
+    pub related_rows_sql: Option<String>,
     /// CREATE INDEX statements of the indexes `related_sql` wants and the tables lack.
     #[serde(default)]
     pub missing_indexes: Vec<String>,
@@ -270,11 +275,15 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
             let related = spec.related_sql.as_deref().ok_or_else(|| {
                 TributaryError::Internal("the plan has no related rows' query".into())
             })?;
+            let rows_sql = spec.related_rows_sql.as_deref().unwrap_or(&spec.rows_sql);
             (
-                spec.rows_sql
-                    .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
-                    .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)")
-                    .replace("%SOURCE%", &related_rows(related, *k5)),
+                related_rows(
+                    &rows_sql
+                        .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
+                        .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)")
+                        .replace("%SOURCE%", related),
+                    *k5,
+                ),
                 Some((*datum, *typoid)),
             )
         }
