@@ -237,10 +237,41 @@ impl Hasher for Fnv {
     }
 }
 
+/// `sql` (a statement of the plan) with its placeholders (`%ROW%`, `%SOURCE%`, ...) replaced by
+/// `subs`, only where they stand as SQL, outside quoted identifiers and string literals: a
+/// column named `"%ROW%"` (or a key literal `'%SOURCE%'` made of its name) stays as it is. The
+/// plan quotes with `format('%I')` / `%L`, which double the quote inside, so each quote toggles.
+/// Values are inserted as given, not scanned again.
+pub(crate) fn fill(sql: &str, subs: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(sql.len() + 256);
+    let (mut single, mut double) = (false, false);
+    let mut rest = sql;
+    'scan: while let Some(c) = rest.chars().next() {
+        if !single && !double && c == '%' {
+            for (ph, value) in subs {
+                if let Some(after) = rest.strip_prefix(ph) {
+                    out.push_str(value);
+                    rest = after;
+                    continue 'scan;
+                }
+            }
+        }
+        // (The quotes as escapes: a quote character in this file would look like the start of
+        // a string to the tests that read the SQL in its string literals.)
+        match c {
+            '\u{27}' if !double => single = !single,
+            '\u{22}' if !single => double = !double,
+            _ => {}
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
 /// A related rows' query of the plan with the record (`$1`) and the k-NN candidates' count.
 fn related_rows(sql: &str, k5: usize) -> String {
-    sql.replace("%ROW%", "($1)")
-        .replace("%K5%", &k5.to_string())
+    fill(sql, &[("%ROW%", "($1)"), ("%K5%", &k5.to_string())])
 }
 
 fn group_id(path: usize, text: &str) -> u64 {
@@ -258,17 +289,25 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
     let limit = gucs::learn_memory_bytes();
     let (sql, record) = match &source {
         Source::Table(t) => (
-            spec.rows_sql
-                .replace("%TABLEOID%", "t.tableoid")
-                .replace("%CTID%", "t.ctid")
-                .replace("%SOURCE%", t),
+            fill(
+                &spec.rows_sql,
+                &[
+                    ("%TABLEOID%", "t.tableoid"),
+                    ("%CTID%", "t.ctid"),
+                    ("%SOURCE%", t),
+                ],
+            ),
             None,
         ),
         Source::Record { datum, typoid } => (
-            spec.rows_sql
-                .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
-                .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)")
-                .replace("%SOURCE%", "(SELECT ($1).*)"),
+            fill(
+                &spec.rows_sql,
+                &[
+                    ("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)"),
+                    ("%CTID%", "CAST(NULL AS pg_catalog.tid)"),
+                    ("%SOURCE%", "(SELECT ($1).*)"),
+                ],
+            ),
             Some((*datum, *typoid)),
         ),
         Source::Related { datum, typoid, k5 } => {
@@ -276,13 +315,19 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                 TributaryError::Internal("the plan has no related rows' query".into())
             })?;
             let rows_sql = spec.related_rows_sql.as_deref().unwrap_or(&spec.rows_sql);
+            let k5 = k5.to_string();
+            let subs = [("%ROW%", "($1)"), ("%K5%", k5.as_str())];
+            let source = fill(related, &subs);
             (
-                related_rows(
-                    &rows_sql
-                        .replace("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)")
-                        .replace("%CTID%", "CAST(NULL AS pg_catalog.tid)")
-                        .replace("%SOURCE%", related),
-                    *k5,
+                fill(
+                    rows_sql,
+                    &[
+                        ("%TABLEOID%", "CAST(NULL AS pg_catalog.oid)"),
+                        ("%CTID%", "CAST(NULL AS pg_catalog.tid)"),
+                        ("%SOURCE%", &source),
+                        subs[0],
+                        subs[1],
+                    ],
                 ),
                 Some((*datum, *typoid)),
             )
@@ -355,7 +400,7 @@ pub fn load(spec: &Spec, source: Source<'_>, ctl: &PgControl) -> Result<Loaded> 
                     if has_embedding {
                         // The float4[] read in place (a slice of its data), not element by
                         // element: 384 floats a row, every row of a training.
-                        let arr = row.get::<pgrx::Array<f32>>(7).map_err(spi_error)?;
+                        let arr: Option<pgrx::Array<f32>> = row.get(7).map_err(spi_error)?;
                         match arr.as_ref().and_then(|a| a.as_slice().ok()) {
                             Some(v) => {
                                 let d = *dim.get_or_insert(v.len());

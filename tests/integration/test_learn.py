@@ -599,6 +599,34 @@ def test_one_row_through_indexes_equals_the_whole_table(env):
         assert r in ("a", "b", "c", "d")
 
 
+def test_columns_named_like_the_plans_placeholders(env):
+    """The plan's statements carry placeholders (%ROW%, %K5%, %SOURCE%, %TABLEOID%, %CTID%) that
+    are filled only where they stand as SQL: a table whose key, text, number and label columns
+    are named after them trains, and every row's one-row prediction equals
+    tributary_predict_column_online's (before, the filled placeholder broke the quoted column:
+    'column t.($1) does not exist')."""
+    with connect(env["dsn"]) as c:
+        c.execute("""
+            CREATE TABLE ph_owner (owner_id int PRIMARY KEY, name text);
+            INSERT INTO ph_owner SELECT g, 'owner ' || g FROM generate_series(1, 12) g;
+            CREATE TABLE ph ("%SOURCE%" int PRIMARY KEY, "%ROW%" text, "%K5%" float8, "%CTID%" date,
+                             owner_id int REFERENCES ph_owner, "%TABLEOID%" text, e vector(3), guess text);
+            INSERT INTO ph SELECT g, CASE WHEN g % 2 = 0 THEN 'even words' ELSE 'odd words' END, g % 7,
+                   date '2020-01-01' + g, 1 + g % 12, CASE WHEN g % 3 = 0 THEN 'a' ELSE 'b' END,
+                   ARRAY[g % 2, 1, (g % 5) / 5.0]::vector
+              FROM generate_series(1, 300) g;
+            UPDATE ph SET "%TABLEOID%" = NULL WHERE "%SOURCE%" > 260;
+            CREATE INDEX ON ph (owner_id, "%CTID%");
+            CREATE INDEX ON ph USING hnsw (e vector_cosine_ops);
+        """)
+        train(c, "'ph_p'", "'ph'", "'%TABLEOID%'", embedding="'e'", as_of="'%CTID%'")
+        c.execute("SELECT tributary_predict_column_online('ph_p', 'guess')")
+        whole = dict(c.execute('SELECT "%SOURCE%", guess FROM ph').fetchall())
+        one = dict(c.execute('SELECT ph."%SOURCE%", p.prediction FROM ph, tributary_predict(\'ph_p\', ph) p').fetchall())
+        assert one == whole and set(whole.values()) <= {"a", "b", None}, (one, whole)
+        assert sum(v is not None for v in one.values()) > 250
+
+
 def test_the_trigger_form_fills_the_column_in_the_writers_transaction(env):
     """tributary_predict_trigger('predictor', 'target') as a BEFORE INSERT OR UPDATE row trigger:
     the inserted row's target holds tributary_predict's prediction when the INSERT returns; an

@@ -34,7 +34,7 @@ pub(super) fn predict_rows(
               u AS (SELECT t.{pk} AS k, (tributary._predict_record($2, t)).prediction AS p \
                       FROM {table} t WHERE t.{pk} OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT a.k FROM a))) \
          UPDATE {table} AS t SET {col} = {value} FROM u WHERE t.{pk} OPERATOR(pg_catalog.=) u.k",
-        affected = affected.replace("%ROW%", "(r.\"row\")"),
+        affected = crate::service::learn::fill(affected, &[("%ROW%", "(r.\"row\")")]),
         pk = spi_ident(pk),
         col = spi_ident(target),
     );
