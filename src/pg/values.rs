@@ -58,37 +58,58 @@ pub(crate) fn is_builtin_type(typid: pg_sys::Oid) -> bool {
 pub(crate) unsafe fn value_text(value: pg_sys::Datum, typid: pg_sys::Oid) -> pg_sys::Datum {
     // SAFETY: catalog lookups and function calls on a valid datum of its own type.
     unsafe {
+        let coll = pg_sys::DEFAULT_COLLATION_OID;
+        match text_conversion(typid) {
+            (Conversion::Relabel, _) => value,
+            (Conversion::Cast1, f) => pg_sys::OidFunctionCall1Coll(f, coll, value),
+            (Conversion::Cast3, f) => pg_sys::OidFunctionCall3Coll(
+                f,
+                coll,
+                value,
+                pg_sys::Datum::from(-1i32),
+                pg_sys::Datum::from(true),
+            ),
+            (_, f) => into_text(pg_sys::OidOutputFunctionCall(f, value)),
+        }
+    }
+}
+
+/// How a value of type `typid` becomes its text, and the function that does it: for a built-in
+/// type (through domains) PostgreSQL's own explicit cast to text (none: binary-coercible; a cast
+/// function between built-in types such as bool -> text or inet -> text of one argument, or a
+/// length coercion of three), else, and for every other type, the type's output function.
+///
+/// # Safety
+/// Catalog lookups: in a transaction.
+unsafe fn text_conversion(typid: pg_sys::Oid) -> (Conversion, pg_sys::Oid) {
+    // SAFETY: catalog lookups, as the caller promises.
+    unsafe {
         let base = pg_sys::getBaseType(typid);
+        let mut func = pg_sys::InvalidOid;
         if is_builtin(base) {
-            let mut func = pg_sys::InvalidOid;
-            let path = pg_sys::find_coercion_pathway(
+            match pg_sys::find_coercion_pathway(
                 pg_sys::TEXTOID,
                 base,
                 pg_sys::CoercionContext::COERCION_EXPLICIT,
                 &mut func,
-            );
-            match path {
-                pg_sys::CoercionPathType::COERCION_PATH_RELABELTYPE => return value,
+            ) {
+                pg_sys::CoercionPathType::COERCION_PATH_RELABELTYPE => {
+                    return (Conversion::Relabel, pg_sys::InvalidOid)
+                }
                 pg_sys::CoercionPathType::COERCION_PATH_FUNC if func != pg_sys::InvalidOid => {
-                    // A cast function between built-in types (bool -> text, bpchar -> text,
-                    // inet -> text, ...), PostgreSQL's own; casts to text take one argument,
-                    // a length coercion would take (value, typmod, explicit).
-                    return if pg_sys::get_func_nargs(func) >= 3 {
-                        pg_sys::OidFunctionCall3Coll(
-                            func,
-                            pg_sys::DEFAULT_COLLATION_OID,
-                            value,
-                            pg_sys::Datum::from(-1i32),
-                            pg_sys::Datum::from(true),
-                        )
+                    let kind = if pg_sys::get_func_nargs(func) >= 3 {
+                        Conversion::Cast3
                     } else {
-                        pg_sys::OidFunctionCall1Coll(func, pg_sys::DEFAULT_COLLATION_OID, value)
+                        Conversion::Cast1
                     };
+                    return (kind, func);
                 }
                 _ => {}
             }
         }
-        output_text(value, base)
+        let mut varlena = false;
+        pg_sys::getTypeOutputInfo(base, &mut func, &mut varlena);
+        (Conversion::Output, func)
     }
 }
 
@@ -147,42 +168,20 @@ unsafe fn call_cache(
             (*flinfo).fn_extra = c.cast();
         }
         (*c).typid = typid;
-        let base = pg_sys::getBaseType(typid);
-        let mut func = pg_sys::InvalidOid;
-        (*c).kind = if jsonb {
+        let (kind, func) = if jsonb {
+            let base = pg_sys::getBaseType(typid);
             let scalar = is_builtin(base)
                 && pg_sys::get_element_type(base) == pg_sys::InvalidOid
                 && !pg_sys::type_is_rowtype(base);
             if scalar {
-                func = pg_sys::Oid::from(pg_sys::F_TO_JSONB);
-                Conversion::ToJsonb
+                (Conversion::ToJsonb, pg_sys::Oid::from(pg_sys::F_TO_JSONB))
             } else {
-                Conversion::Other
-            }
-        } else if is_builtin(base) {
-            match pg_sys::find_coercion_pathway(
-                pg_sys::TEXTOID,
-                base,
-                pg_sys::CoercionContext::COERCION_EXPLICIT,
-                &mut func,
-            ) {
-                pg_sys::CoercionPathType::COERCION_PATH_RELABELTYPE => Conversion::Relabel,
-                pg_sys::CoercionPathType::COERCION_PATH_FUNC if func != pg_sys::InvalidOid => {
-                    if pg_sys::get_func_nargs(func) >= 3 {
-                        Conversion::Cast3
-                    } else {
-                        Conversion::Cast1
-                    }
-                }
-                _ => Conversion::Output,
+                (Conversion::Other, pg_sys::InvalidOid)
             }
         } else {
-            Conversion::Output
+            text_conversion(typid)
         };
-        if (*c).kind == Conversion::Output {
-            let mut varlena = false;
-            pg_sys::getTypeOutputInfo(base, &mut func, &mut varlena);
-        }
+        (*c).kind = kind;
         if func != pg_sys::InvalidOid && (*c).kind != Conversion::Relabel {
             pg_sys::fmgr_info_cxt(func, &mut (*c).func, (*flinfo).fn_mcxt);
             // to_jsonb finds its argument's type from the call expression: ours, whose one
@@ -217,12 +216,7 @@ pub(crate) unsafe fn value_text_cached(
                 pg_sys::Datum::from(-1i32),
                 pg_sys::Datum::from(true),
             ),
-            Conversion::Output => {
-                let cstr = pg_sys::OutputFunctionCall(&mut (*c).func, value);
-                let text = pg_sys::cstring_to_text(cstr);
-                pg_sys::pfree(cstr.cast());
-                pg_sys::Datum::from(text)
-            }
+            Conversion::Output => into_text(pg_sys::OutputFunctionCall(&mut (*c).func, value)),
             Conversion::ToJsonb | Conversion::Other => value_text(value, typid),
         }
     }
@@ -259,7 +253,17 @@ unsafe fn output_text(value: pg_sys::Datum, typid: pg_sys::Oid) -> pg_sys::Datum
         let mut out = pg_sys::InvalidOid;
         let mut varlena = false;
         pg_sys::getTypeOutputInfo(typid, &mut out, &mut varlena);
-        let cstr = pg_sys::OidOutputFunctionCall(out, value);
+        into_text(pg_sys::OidOutputFunctionCall(out, value))
+    }
+}
+
+/// An output function's C string (palloc'd) as a text datum; the string is freed.
+///
+/// # Safety
+/// `cstr` must be a NUL-terminated palloc'd string.
+unsafe fn into_text(cstr: *mut std::ffi::c_char) -> pg_sys::Datum {
+    // SAFETY: as the caller promises; the text is a copy.
+    unsafe {
         let text = pg_sys::cstring_to_text(cstr);
         pg_sys::pfree(cstr.cast());
         pg_sys::Datum::from(text)

@@ -101,39 +101,20 @@ impl Layout<'_> {
 /// (n_q x text_w) and the known labels; plus each query's neighbours and per-path counts.
 pub(crate) type Feats = (Vec<f32>, Vec<Vec<(u32, f32)>>, Vec<Vec<f64>>);
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn features(
-    ds: &Dataset,
-    lay: &Layout,
-    paths: &[&GroupPath],
-    known: &[Option<Y>],
-    queries: &[u32],
-    text_feats: &[f32],
-    cut: Option<&[f64]>,
-    threads: usize,
-    sh: &Shared,
-) -> Option<Feats> {
-    let nb = Neighbours::Search(None);
-    features_with(
-        ds, lay, paths, known, queries, text_feats, cut, nb, threads, sh,
-    )
-    .map(|f| f.0)
-}
-
 /// Where the k-NN votes' neighbours come from.
 pub(crate) enum Neighbours {
     /// A search among the known rows; with a time, each query at or after it also gets its
     /// neighbours among the known rows strictly before it (the second result of
-    /// [`features_with`]; `knn::search`'s `snap`).
+    /// [`features`]; `knn::search`'s `snap`).
     Search(Option<f64>),
     /// Lists given, one per query (from such a snapshot).
     Given(knn::Lists),
 }
 
-/// [`features`], with the neighbours searched or given (`nb`); also the snapshot's lists of a
-/// search with a time (else empty).
+/// Features of the `queries`, with the k-NN neighbours searched or given (`nb`); also the
+/// snapshot's lists of a search with a time (else empty).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn features_with(
+pub(crate) fn features(
     ds: &Dataset,
     lay: &Layout,
     paths: &[&GroupPath],

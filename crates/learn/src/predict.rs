@@ -62,7 +62,9 @@ pub fn predict(
         }
     }
     let (x, neigh, hist) = polled(ctl, "features", nq as u64, |sh| {
-        features(ds, &lay, &paths, &known, &uq, &tf, None, threads, sh)
+        let nb = Neighbours::Search(None);
+        features(ds, &lay, &paths, &known, &uq, &tf, None, nb, threads, sh)
+            .map(|f| f.0)
             .ok_or(Error::Cancelled("stopped".into()))
     })?;
     let kout = model.classes.as_ref().map_or(1, |c| c.len());

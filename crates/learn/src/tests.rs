@@ -135,7 +135,8 @@ fn feats(ds: &Dataset, roles: &[Role]) -> (Vec<u32>, Vec<f32>, usize) {
         done: Default::default(),
     };
     let paths: Vec<&GroupPath> = ds.paths.iter().collect();
-    let (x, _, _) = features(ds, &lay, &paths, &known, &q, &[], None, 2, &sh).unwrap();
+    let nb = Neighbours::Search(None);
+    let ((x, _, _), _) = features(ds, &lay, &paths, &known, &q, &[], None, nb, 2, &sh).unwrap();
     (q, x, lay.nf())
 }
 
@@ -362,9 +363,21 @@ fn blocked_history_sees_only_earlier_blocks() {
     let feats_of = |ds: &Dataset| {
         let known = known_labels(ds, Some(&classes), |i| roles[i] == Role::Train);
         let paths: Vec<&GroupPath> = ds.paths.iter().collect();
-        features(ds, &lay, &paths, &known, &q, &[], Some(&cut), 1, &sh)
-            .unwrap()
-            .0
+        features(
+            ds,
+            &lay,
+            &paths,
+            &known,
+            &q,
+            &[],
+            Some(&cut),
+            Neighbours::Search(None),
+            1,
+            &sh,
+        )
+        .unwrap()
+        .0
+         .0
     };
     let (x0, x1) = (feats_of(&mk(None)), feats_of(&mk(Some(301))));
     let nf = lay.nf();

@@ -191,7 +191,7 @@ pub fn train(
     // the same k-NN search (a snapshot at the first validation row's time).
     let snap = stale.then(|| t_of(valid[0]));
     let ((mut x, _neigh, _hist), mut snaps) = polled(ctl, "features", nq as u64, |sh| {
-        features_with(
+        features(
             ds,
             &lay,
             &paths,
@@ -252,7 +252,7 @@ pub fn train(
             Neighbours::Search(None)
         };
         let ((xv, _, _), _) = polled(ctl, "validation features", vq.len() as u64, |sh| {
-            features_with(
+            features(
                 ds,
                 &lay,
                 &paths,
