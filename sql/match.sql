@@ -27,7 +27,9 @@
 --    for record linkage", JASA 64(328), 1969) of the candidates' evidence, each column's
 --    similarity in one of five agreement levels, u (the share of non-matches at each level) and
 --    m (the share of matches) estimated by EM over the candidates (Winkler 1988), u with the
---    unrelated pairs' levels as its prior, and the prior of a match estimated too: with
+--    unrelated pairs' levels as its prior (those identical on every column left out: a small
+--    table's duplicates), and the prior of a match estimated too, never under the share of the
+--    pairs identical on every column whose values only their two rows hold: with
 --    one_to_one, each row's chance of having a partner, and a pair's probability is its share
 --    of its row's evidence (two candidates of one row share one match; tributary._match_em);
 --    without, two rows' chance of matching. With labels: the same

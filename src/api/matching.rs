@@ -137,13 +137,8 @@ fn _match_em(
                 ux.len()
             )));
         }
-        let mut u0 = vec![[0.0; match_em::LEVELS]; cols];
-        for (i, s) in ux.iter().enumerate() {
-            let l = match_em::level(*s);
-            if l != match_em::MISSING {
-                u0[i % cols][l as usize] += 1.0;
-            }
-        }
+        // (pairs identical on every column left out: likely duplicates, not unrelated rows)
+        let u0 = match_em::unrelated_counts(&ux, cols);
         let ly: Vec<bool> = ly
             .into_iter()
             .collect::<Option<_>>()

@@ -93,6 +93,61 @@ impl Evidence {
     }
 }
 
+/// Whether a pair's levels are all the top one: its values are equal on every compared column
+/// (after the comparison's own normalisation: case, punctuation, word order), none missing. Two
+/// missing values are no evidence, so never identical.
+pub fn identical(levels: &[u8]) -> bool {
+    levels.iter().all(|&l| usize::from(l) == LEVELS - 1)
+}
+
+/// The level counts of the unrelated pairs `ux` (`[pairs, cols]` similarities row by row, `None`
+/// missing), the prior of `u` in [`fit`]; a trailing incomplete pair is left out. A pair
+/// identical on every column ([`identical`]) is left out too: `u` read off random pairs
+/// assumes they are non-matches (Splink's `estimate_u_using_random_sampling`, Linacre et al.,
+/// IJPDS 7(3), 2022), true where a table has thousands of rows, but of a small table's pairs
+/// its duplicates are a large share (two exact pairs among five rows: 2 of 10, which made `u`
+/// of equality 0.2 and identical values score 0). Two different things identical on every
+/// compared column are rare among random pairs; where they are common (one column of a few
+/// frequent values) in a large table, the candidates, which outweigh the prior, still teach
+/// `u`; in a small one, rows identical on every compared column are taken for one thing.
+pub fn unrelated_counts(ux: &[Option<f64>], cols: usize) -> Vec<[f64; LEVELS]> {
+    let mut counts = vec![[0.0; LEVELS]; cols];
+    if cols == 0 {
+        return counts;
+    }
+    for pair in ux.chunks_exact(cols) {
+        let levels: Vec<u8> = pair.iter().map(|&s| level(s)).collect();
+        if identical(&levels) {
+            continue;
+        }
+        for (c, &l) in counts.iter_mut().zip(&levels) {
+            if l != MISSING {
+                c[usize::from(l)] += 1.0;
+            }
+        }
+    }
+    counts
+}
+
+/// The exact pairs among the candidates: identical on every column ([`identical`]), each of
+/// their two rows identical to no other candidate. A value combination that only two rows hold
+/// is the deterministic rule of exact matching; one that three or more share (a town, when it is
+/// the only column) is left out, as agreement on a frequent value is weak evidence (Winkler's
+/// frequency-based weights; Splink's term-frequency adjustments).
+pub fn exact_pairs(e: &Evidence) -> usize {
+    let mut per_row = vec![0usize; e.rows()];
+    let same: Vec<bool> = (0..e.pairs())
+        .map(|k| identical(&e.levels[k * e.cols..(k + 1) * e.cols]))
+        .collect();
+    for k in (0..e.pairs()).filter(|&k| same[k]) {
+        per_row[e.a[k]] += 1;
+        per_row[e.b[k]] += 1;
+    }
+    (0..e.pairs())
+        .filter(|&k| same[k] && per_row[e.a[k]] == 1 && per_row[e.b[k]] == 1)
+        .count()
+}
+
 /// A fitted model: `prior` = λ, `m[j][l]`, `u[j][l]` (each column's levels sum to 1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FsModel {
@@ -162,8 +217,8 @@ pub struct Sides {
 /// look alike, so agreeing on a value that whole families of rows share (a maintainer team, a
 /// section, a half-similar title) is common among candidate non-matches and weighs little, which
 /// random pairs hide. `u_counts[j]`: column `j`'s level counts among random pairs of the two
-/// sides, the prior of `u` ([`U_PRIOR_PAIRS`] pseudo-pairs; `u` starts at every candidate's
-/// levels). `m` starts at mostly equal values (level shares 0.02, 0.03, 0.1, 0.25, 0.6).
+/// sides ([`unrelated_counts`]), the prior of `u` ([`U_PRIOR_PAIRS`] pseudo-pairs; `u` starts
+/// at every candidate's levels). `m` starts at mostly equal values (level shares 0.02, 0.03, 0.1, 0.25, 0.6).
 /// `labelled`: pairs whose class is known (`true` a match), with their levels; each counts in
 /// every M-step with its known class (in `m` or in `u`), as one pair, not in the prior (Winkler's
 /// EM with some pairs' classes fixed). Their own probabilities the caller sets.
@@ -181,6 +236,15 @@ pub struct Sides {
 ///   whose best candidate is far ahead of the rest gets it when most rows have a partner.
 /// - otherwise (duplicates within a table: a row may have several): `λ`, the share of the
 ///   candidate pairs that match; matches outside the candidates are taken to be none.
+///
+/// A floor under the prior: the [`exact_pairs`] are matches, so the share of candidates that
+/// match is at least theirs (`λ`), and so is the share of rows with a partner (`π`, one to
+/// one). Splink sets `λ` the same way, from the pairs a strict deterministic rule accepts over
+/// the rule's recall (`estimate_probability_two_random_records_match`); here the rule's recall
+/// is taken as 1, so the count is a lower bound the EM may rise above, never sink under. Without
+/// it, a few pairs whose likelihood ratio starts below 1 / (their share of the candidates) drive
+/// the EM to `λ` near 0 (five rows, two exact pairs: `λ` 1.6e-7), and identical rows score 0.
+/// Without exact pairs the floor is 0 and the fit is as before.
 ///
 /// Stops when no parameter moves by more than 1e-6 (priors relatively) or after `max_iter`
 /// rounds; `each_round` runs before every round (the caller checks for a cancel there). Returns
@@ -214,6 +278,15 @@ pub fn fit(
     };
     // The prior λ is the share of the candidate pairs that match: `u` is estimated among them.
     let candidates = (n as f64).max(1.0);
+    // Floors under λ and π: the exact pairs' share of the candidates and of each side's rows.
+    let exact = exact_pairs(e) as f64;
+    let prior_floor = exact / candidates;
+    let partnered_floor = if sides.same_table {
+        [2.0 * exact / sides.left; 2]
+    } else {
+        [exact / sides.left, exact / sides.right]
+    };
+    let partner_share = |x: f64, side: usize| x.max(partnered_floor[side]).clamp(1e-6, 1.0 - 1e-6);
     let mut model = FsModel {
         prior: 0.0,
         partnered: [0.5, 0.5],
@@ -225,7 +298,10 @@ pub fn fit(
     if n == 0 {
         return (model, Vec::new());
     }
-    model.prior = (0.5 * sides.left.min(sides.right) / candidates).clamp(1e-12, 0.5);
+    model.prior = (0.5 * sides.left.min(sides.right) / candidates)
+        .max(prior_floor)
+        .clamp(1e-12, 0.5);
+    model.partnered = [partner_share(0.5, 0), partner_share(0.5, 1)];
     let mut p = vec![0.0; n];
     for it in 1..=max_iter {
         each_round();
@@ -233,14 +309,14 @@ pub fn fit(
         let m = mstep(e, &p, &start_m, labelled);
         let u = mstep_u(e, &p, &u_random, labelled);
         let matches: f64 = p.iter().sum();
-        let prior = (matches / candidates).clamp(1e-12, 0.5);
+        let prior = (matches / candidates).max(prior_floor).clamp(1e-12, 0.5);
         let partnered = if sides.same_table {
-            let s = (2.0 * matches / sides.left).clamp(1e-6, 1.0 - 1e-6);
+            let s = partner_share(2.0 * matches / sides.left, 0);
             [s, s]
         } else {
             [
-                (matches / sides.left).clamp(1e-6, 1.0 - 1e-6),
-                (matches / sides.right).clamp(1e-6, 1.0 - 1e-6),
+                partner_share(matches / sides.left, 0),
+                partner_share(matches / sides.right, 1),
             ]
         };
         let relative = |x: f64, y: f64| (x - y).abs() / x.max(1e-12);
@@ -724,6 +800,201 @@ mod tests {
         let (_, tied) = fit(&e, &unrelated(3), None, sides(&e), true, 100, &mut || ());
         assert!(free[base] > 0.9 && free[base + 1] > 0.9);
         assert!(tied[base] + tied[base + 1] + tied[0] <= 1.0 + 1e-9);
+    }
+
+    /// Every pair of a one-table set of `names.len()` rows (0-based, `a < b`): its similarity 1
+    /// when the names are equal (`Some`), else 0 (missing when either is `None`); the unrelated
+    /// pairs as sql/match.sql draws them from a small table, each ordered pair of distinct rows.
+    fn one_column_table(names: &[Option<&str>]) -> (Evidence, Vec<Option<f64>>) {
+        let sim = |i: usize, j: usize| match (names[i], names[j]) {
+            (Some(x), Some(y)) => Some(if x == y { 1.0 } else { 0.0 }),
+            _ => None,
+        };
+        let n = names.len();
+        let (mut a, mut b, mut x, mut ux) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            for j in 0..n {
+                if i < j {
+                    a.push(i);
+                    b.push(j);
+                    x.push(sim(i, j));
+                }
+                if i != j {
+                    ux.push(sim(i, j));
+                }
+            }
+        }
+        (Evidence::new(a, b, 1, &x).unwrap(), ux)
+    }
+
+    fn one_table(n: usize) -> Sides {
+        Sides {
+            left: n as f64,
+            right: n as f64,
+            same_table: true,
+        }
+    }
+
+    #[test]
+    fn exact_duplicates_in_a_small_table_match() {
+        // Issue 48: five rows, two exact pairs (rows 0-1 and 2-3, pairs 0 and 7 of the ten):
+        // both are matches, one to one or not, and no other pair is.
+        let names = [
+            Some("anna"),
+            Some("anna"),
+            Some("bob"),
+            Some("bob"),
+            Some("carl"),
+        ];
+        let (e, ux) = one_column_table(&names);
+        assert_eq!(exact_pairs(&e), 2);
+        let u = unrelated_counts(&ux, 1);
+        assert_eq!(u[0][LEVELS - 1], 0.0, "{u:?}");
+        for one_to_one in [true, false] {
+            let (model, p) = fit(&e, &u, None, one_table(5), one_to_one, 500, &mut || ());
+            for (k, &pk) in p.iter().enumerate() {
+                // (one to one, each exact pair holds its rows' only likely partner: 0.96; without,
+                // the prior is the exact pairs' share, 2 of 10: 0.87)
+                let exact = k == 0 || k == 7;
+                let high = if one_to_one { 0.95 } else { 0.85 };
+                assert!(
+                    if exact { pk > high } else { pk < 0.1 },
+                    "{one_to_one} {k} {p:?} {model:?}"
+                );
+            }
+            assert!(model.prior >= 0.2, "{model:?}");
+        }
+    }
+
+    #[test]
+    fn a_small_table_without_duplicates_matches_nothing() {
+        let names = [
+            Some("anna"),
+            Some("bob"),
+            Some("carl"),
+            Some("dora"),
+            Some("emil"),
+        ];
+        let (e, ux) = one_column_table(&names);
+        assert_eq!(exact_pairs(&e), 0);
+        for one_to_one in [true, false] {
+            let (_, p) = fit(
+                &e,
+                &unrelated_counts(&ux, 1),
+                None,
+                one_table(5),
+                one_to_one,
+                500,
+                &mut || (),
+            );
+            assert!(p.iter().all(|&pk| pk < 0.1), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn missing_values_are_not_identical() {
+        // Two exact pairs (rows 0-2, 3-4) and two rows without a value (1, 6): a pair with a
+        // missing value is missing evidence, neither exact nor left out of the unrelated pairs,
+        // and not a match.
+        let names = [
+            Some("anna"),
+            None,
+            Some("anna"),
+            Some("bob"),
+            Some("bob"),
+            Some("carl"),
+            None,
+        ];
+        let (e, ux) = one_column_table(&names);
+        assert_eq!(exact_pairs(&e), 2);
+        assert!(!identical(&[MISSING]) && !identical(&[4, MISSING]) && identical(&[4, 4]));
+        let u = unrelated_counts(&ux, 1);
+        // (5 values, 20 ordered pairs of them, 4 of those identical)
+        assert_eq!(u[0].iter().sum::<f64>(), 16.0, "{u:?}");
+        for one_to_one in [true, false] {
+            let (_, p) = fit(&e, &u, None, one_table(7), one_to_one, 500, &mut || ());
+            for (k, &pk) in p.iter().enumerate() {
+                let exact = [(0, 2), (3, 4)].contains(&(e.a[k], e.b[k]));
+                assert!(
+                    if exact { pk > 0.7 } else { pk < 0.5 },
+                    "{one_to_one} {k} {p:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn exact_pairs_are_value_combinations_of_two_rows_only() {
+        // Rows 0-1 identical on both columns; 2, 3 and 4 all identical (a frequent value): one
+        // exact pair. Rows 5-6 agree on one column only: not identical.
+        let (a, b) = (vec![0, 2, 2, 3, 5], vec![1, 3, 4, 4, 6]);
+        let x = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5].map(Some);
+        let e = Evidence::new(a, b, 2, &x).unwrap();
+        assert_eq!(exact_pairs(&e), 1);
+        // Unrelated pairs identical on both columns are left out; one equal on a single column
+        // and one with a missing value count.
+        let ux = [
+            Some(1.0),
+            Some(1.0),
+            Some(1.0),
+            Some(0.1),
+            Some(1.0),
+            None,
+            Some(1.0),
+        ];
+        assert_eq!(
+            unrelated_counts(&ux, 2),
+            vec![[0.0, 0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0, 0.0]]
+        );
+    }
+
+    #[test]
+    fn siblings_that_differ_on_one_column_are_not_exact() {
+        // 300 rows a side, 30 with a partner; every left row's other candidates are siblings
+        // equal on 3 columns of 4 and different on the last: not exact pairs, nor matches.
+        let mut s = 5u64;
+        let (mut a, mut b, mut x, mut truth) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for i in 0..300 {
+            for c in 0..5 {
+                let is_match = c == 0 && i < 30;
+                if c == 0 && !is_match {
+                    continue;
+                }
+                a.push(i);
+                b.push(300 + if is_match { i } else { (i + 7 * c) % 300 });
+                truth.push(is_match);
+                for col in 0..4 {
+                    x.push(Some(if is_match {
+                        if lcg(&mut s) < 0.9 {
+                            1.0
+                        } else {
+                            0.8
+                        }
+                    } else if col < 3 {
+                        1.0
+                    } else {
+                        0.3 * lcg(&mut s)
+                    }));
+                }
+            }
+        }
+        let e = Evidence::new(a, b, 4, &x).unwrap();
+        let exact = exact_pairs(&e);
+        assert!(exact <= 30, "{exact}");
+        let sides = Sides {
+            left: 300.0,
+            right: 300.0,
+            same_table: false,
+        };
+        for one_to_one in [true, false] {
+            let (_, p) = fit(&e, &unrelated(4), None, sides, one_to_one, 300, &mut || ());
+            let siblings_accepted = p
+                .iter()
+                .zip(&truth)
+                .filter(|(&p, &t)| !t && p >= 0.5)
+                .count();
+            assert_eq!(siblings_accepted, 0, "{one_to_one} {p:?}");
+        }
     }
 
     #[test]
