@@ -261,3 +261,47 @@ def test_labels_count_in_the_model_and_its_expected_recall(conn):
     pred = pairs(conn, "SELECT left_key, right_key FROM tributary_match('tm.reg_a', 'tm.reg_b', "
                        "'{name,town,born}', labels => 'tm.reg_labels')")
     assert set(ones) <= pred, sorted(set(ones) - pred)
+
+
+def small_table(conn, name, rows):
+    conn.execute(f"DROP TABLE IF EXISTS tm.{name}")
+    conn.execute(f"CREATE TABLE tm.{name} (id int PRIMARY KEY, name text)")
+    conn.cursor().executemany(f"INSERT INTO tm.{name} VALUES (%s, %s)", list(enumerate(rows, 1)))
+
+
+def dedup_groups(conn, tbl):
+    groups = {}
+    for c, k in conn.execute("SELECT cluster, key FROM tributary_dedup(%s, '{name}')", (tbl,)).fetchall():
+        groups.setdefault(c, set()).add(k)
+    return {frozenset(v) for v in groups.values()}
+
+
+def test_exact_duplicates_in_a_small_table(conn):
+    # Five rows, two exact pairs on the one compared column (issue 48): equal values are
+    # evidence on their own, though in five rows the duplicates are 2 of the 10 pairs.
+    small_table(conn, "small_dup", ["anna smith", "Anna  Smith", "bob jones", "bob jones", "carl white"])
+    rows = conn.execute("SELECT left_key, right_key, score FROM tributary_match('tm.small_dup', 'tm.small_dup', "
+                        "'{name}')").fetchall()
+    scores = {(r[0], r[1]): r[2] for r in rows}
+    assert set(scores) == {("1", "2"), ("3", "4")}, rows
+    assert min(scores.values()) >= 0.9, rows
+    assert dedup_groups(conn, "tm.small_dup") == {frozenset({"1", "2"}), frozenset({"3", "4"})}
+
+
+def test_small_table_without_duplicates_matches_nothing(conn):
+    # Five different names (two share a first name, two a surname): no pair, no group.
+    small_table(conn, "small_diff", ["anna smith", "anna jones", "bob jones", "carl white", "dora black"])
+    rows = conn.execute("SELECT left_key, right_key, score FROM tributary_match('tm.small_diff', 'tm.small_diff', "
+                        "'{name}')").fetchall()
+    assert rows == [], rows
+    assert dedup_groups(conn, "tm.small_diff") == set()
+
+
+def test_nulls_are_not_identical_values(conn):
+    # Two exact pairs and two rows without a name: the exact pairs are found; two missing
+    # values are not identical values, and no evidence that their rows are the same.
+    small_table(conn, "small_null", ["anna smith", None, "anna smith", "bob jones", "bob jones", "carl white", None])
+    rows = conn.execute("SELECT left_key, right_key, score FROM tributary_match('tm.small_null', 'tm.small_null', "
+                        "'{name}')").fetchall()
+    assert {(r[0], r[1]) for r in rows} == {("1", "3"), ("4", "5")}, rows
+    assert dedup_groups(conn, "tm.small_null") == {frozenset({"1", "3"}), frozenset({"4", "5"})}
