@@ -58,10 +58,12 @@
 mod gbdt;
 mod history;
 mod knn;
+mod knn_ivf;
 mod linear;
 mod par;
 mod text;
 mod text_fit;
+mod topk;
 mod validate;
 
 mod features;
