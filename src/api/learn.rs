@@ -275,7 +275,7 @@ fn train(
         k: opts.k,
         threads: gucs::learn_threads(),
         max_memory_bytes: gucs::learn_memory_bytes(),
-        validation_fraction: 0.2,
+        ..Default::default()
     };
     let trained = learn::train(&ds, &roles, &train_opts, &ctl).map_err(|e| learn_error(e, &ctl))?;
     // The training rows' keys, times and labels.

@@ -152,6 +152,12 @@ pub struct TrainOptions {
     /// Latest share of training rows (by as_of, else by row order) used to pick the head and the
     /// number of boosting rounds; default 0.2.
     pub validation_fraction: f64,
+    /// Rows the candidate heads are fitted on to be compared on the validation slice, at most
+    /// (0 = no limit); past it, that many of the earlier training rows evenly spaced in time. The
+    /// chosen head's final fit takes every training row. Default 250,000: below it nothing is
+    /// sampled; above, each candidate fit costs as much as 250,000 rows (at 1M training rows, a
+    /// fourth of the full fits' time).
+    pub validation_fit_rows: usize,
 }
 
 impl Default for TrainOptions {
@@ -162,6 +168,7 @@ impl Default for TrainOptions {
             threads: 1,
             max_memory_bytes: 0,
             validation_fraction: 0.2,
+            validation_fit_rows: 250_000,
         }
     }
 }

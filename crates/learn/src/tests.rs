@@ -1040,3 +1040,38 @@ fn a_model_with_crossed_paths_reads_back_and_predicts() {
         .iter()
         .any(|(name, _)| name == "customer&category"));
 }
+
+/// Past `validation_fit_rows` early rows the candidate heads are fitted on a sample of them: the
+/// validation scores change (the option is used), the predictor still beats the majority; no
+/// limit (0) and a limit above the rows give the same report.
+#[test]
+fn candidate_fits_on_a_sample_past_validation_fit_rows() {
+    let ds = synth(600, true);
+    let r = roles(600);
+    let with = |m: usize| {
+        let o = TrainOptions {
+            validation_fit_rows: m,
+            ..opts(Algorithm::Auto)
+        };
+        train(&ds, &r, &o, &NoCtl).unwrap().report
+    };
+    let full = with(250_000);
+    assert_eq!(full, with(0));
+    let sampled = with(40);
+    let val = |rep: &[MetricRow]| -> Vec<MetricRow> {
+        rep.iter()
+            .filter(|m| m.split == "validation")
+            .cloned()
+            .collect()
+    };
+    assert!(!val(&full).is_empty());
+    assert_ne!(val(&full), val(&sampled), "{full:?} {sampled:?}");
+    let acc = |m: &str| {
+        sampled
+            .iter()
+            .find(|x| x.method == m && x.split == "test")
+            .and_then(|x| x.accuracy)
+            .unwrap()
+    };
+    assert!(acc("predictor") > acc("baseline") + 0.2, "{sampled:?}");
+}

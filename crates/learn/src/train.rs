@@ -124,6 +124,17 @@ pub fn train(
         (order.clone(), Vec::new())
     };
     early.sort_unstable();
+    // The candidates' fits at scale: past `validation_fit_rows` early rows, that many of them
+    // evenly spaced in time (the final fit takes every training row).
+    let fit_rows: Vec<usize> = match opts.validation_fit_rows {
+        m if m > 0 && !valid.is_empty() && early.len() > m => {
+            let by_time = &order[..cut];
+            let mut s: Vec<usize> = (0..m).map(|i| by_time[i * by_time.len() / m]).collect();
+            s.sort_unstable();
+            s
+        }
+        _ => early.clone(),
+    };
     // Stale validation (with as_of): the validation rows' features are computed as the test
     // rows' are, without any validation row's label (history, k-NN votes, and a text model fitted
     // on the early rows alone), so that the pick sees history as old as the test period will.
@@ -369,7 +380,7 @@ pub fn train(
             let mut p = vec![0f32; valid.len() * kout];
             if gbdt_head {
                 let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                    gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &early, &valid, params, threads, sh)
+                    gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &fit_rows, &valid, params, threads, sh)
                         .ok_or(Error::Cancelled("stopped".into()))
                 })?;
                 for (i, &r) in valid.iter().enumerate() {
@@ -381,7 +392,7 @@ pub fn train(
                 Ok(Some(("gbdt".into(), use_knn, p, g.rounds.max(1), si)))
             } else {
                 let h = polled(ctl, "logistic validation", 15, |sh| {
-                    fit_lin_head(xv, nfv, &lay.cats, &hy, &early, sh)
+                    fit_lin_head(xv, nfv, &lay.cats, &hy, &fit_rows, sh)
                         .ok_or(Error::Cancelled("stopped".into()))
                 })?;
                 let head = Head::Logistic(h);
