@@ -141,8 +141,10 @@ pub fn train(
     let stale = ds.as_of.is_some() && !valid.is_empty();
 
     // Memory: the big allocations, estimated before any is made.
+    // (the features: x, and at once at most one more of its size, the fresh history's matrix
+    // or the copy without the k-NN votes, and the validation rows' stale features)
     let mut needed =
-        nq * nf * 4 * 4 + n * 72 + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
+        nq * nf * 4 * 3 + n * 72 + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
         needed += knn::memory(train_rows.len(), nq, e.dim, 5 * k, threads);
     }
@@ -219,7 +221,7 @@ pub fn train(
     // The training rows' history columns as the fresh scheme builds them (hist_c columns each).
     let hist_at = history_col(&lay);
     let hist_c = lay.paths.len() * lay.path_w();
-    let fresh_hist: Option<Vec<f32>> = if blocked_cut.is_some() && !paths.is_empty() {
+    let mut fresh_hist: Option<Vec<f32>> = if blocked_cut.is_some() && !paths.is_empty() {
         let tq = &queries[..ntr];
         polled(ctl, "fresh history", 1, |sh| {
             let mut xt = vec![f32::NAN; ntr * nf];
@@ -234,19 +236,11 @@ pub fn train(
     } else {
         None
     };
-    // Rows `rows` (positions < ntr) of `x` get the fresh history columns.
-    let put_fresh = |x: &mut [f32], rows: &mut dyn Iterator<Item = usize>| {
-        if let Some(h) = &fresh_hist {
-            for p in rows {
-                x[p * nf + hist_at..p * nf + hist_at + hist_c]
-                    .copy_from_slice(&h[p * hist_c..(p + 1) * hist_c]);
-            }
-        }
-    };
     drop(text_feats);
-    // The validation rows' stale features, in their rows of a copy of x (the early rows' own
-    // features read only earlier rows, all of them early: the same either way).
-    let x_val: Option<Vec<f32>> = if stale {
+    // The validation rows' stale features (valid.len() x nf), swapped into their rows of x while
+    // the candidates are compared (the early rows' own features read only earlier rows, all of
+    // them early: the same either way).
+    let mut x_stale: Option<Vec<f32>> = if stale {
         let mut known_v = known.clone();
         for &p in &valid {
             known_v[queries[p] as usize] = None;
@@ -277,17 +271,29 @@ pub fn train(
             )
             .ok_or(Error::Cancelled("stopped".into()))
         })?;
-        let mut xc = x.clone();
-        for (i, &p) in valid.iter().enumerate() {
-            xc[p * nf..(p + 1) * nf].copy_from_slice(&xv[i * nf..(i + 1) * nf]);
-        }
-        Some(xc)
+        Some(xv)
     } else {
         None
     };
     drop(snaps);
     drop(text_valid);
-    let x_valid: &[f32] = x_val.as_deref().unwrap_or(&x);
+    // Swaps the validation rows of x with their stale features (twice: back as they were).
+    let swap_stale = |x: &mut [f32], xs: &mut Option<Vec<f32>>| {
+        if let Some(xv) = xs {
+            for (i, &p) in valid.iter().enumerate() {
+                x[p * nf..(p + 1) * nf].swap_with_slice(&mut xv[i * nf..(i + 1) * nf]);
+            }
+        }
+    };
+    // Swaps the early rows' history columns of x with the fresh scheme's (twice: back).
+    let swap_fresh = |x: &mut [f32], h: &mut Option<Vec<f32>>| {
+        if let Some(h) = h {
+            for &p in &early {
+                x[p * nf + hist_at..p * nf + hist_at + hist_c]
+                    .swap_with_slice(&mut h[p * hist_c..(p + 1) * hist_c]);
+            }
+        }
+    };
 
     // Head labels by position.
     let hy = match &ds.label {
@@ -344,68 +350,59 @@ pub fn train(
             .collect()
     };
     // The history schemes compared (with as_of and a validation slice: the blocked, then the
-    // fresh one, each its early rows' history; the validation rows' is stale in both).
-    let x_fresh_valid: Option<Vec<f32>> = (fresh_hist.is_some() && !valid.is_empty()).then(|| {
-        let mut c = x_valid.to_vec();
-        put_fresh(&mut c, &mut early.iter().copied());
-        c
-    });
+    // fresh one, each its early rows' history; the validation rows' is stale in both). x holds
+    // one scheme's features at a time, the validation rows' stale features and the early rows'
+    // fresh history swapped in and back out (no copy of x per scheme).
     let default_scheme = if blocked_cut.is_some() {
         "blocked"
     } else {
         "leave-one-out"
     };
-    let mut schemes: Vec<(&str, &[f32])> = vec![(default_scheme, x_valid)];
-    if let Some(f) = &x_fresh_valid {
-        schemes.push(("fresh", f));
+    let mut schemes: Vec<&str> = vec![default_scheme];
+    if fresh_hist.is_some() && !valid.is_empty() {
+        schemes.push("fresh");
     }
     // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
     // the GBDT's rounds, the scheme's index).
     let mut val_scores: Vec<Candidate> = Vec::new();
     let has_plain = knn_w > 0 && !valid.is_empty();
-    // One candidate: head `gbdt` or logistic, with the k-NN votes or not, on scheme `si`'s
-    // features; fitted on the early rows, scored on the validation rows.
-    let plains: Vec<Option<Vec<f32>>> = schemes
-        .iter()
-        .map(|&(_, xs)| has_plain.then(|| plain(xs)))
-        .collect();
-    let candidate =
-        |si: usize, use_knn: bool, gbdt_head: bool| -> Result<Option<Candidate>, Error> {
-            let xs = schemes[si].1;
-            let (xv, nfv): (&[f32], usize) = match (&plains[si], use_knn) {
-                (_, true) => (xs, nf),
-                (Some(xp), false) => (xp, nf - knn_w),
-                (None, false) => return Ok(None),
-            };
-            let mut p = vec![0f32; valid.len() * kout];
-            if gbdt_head {
-                let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                    gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &fit_rows, &valid, params, threads, sh)
-                        .ok_or(Error::Cancelled("stopped".into()))
-                })?;
-                for (i, &r) in valid.iter().enumerate() {
-                    g.predict(
-                        &xv[r * nfv..(r + 1) * nfv],
-                        &mut p[i * kout..(i + 1) * kout],
-                    );
-                }
-                Ok(Some(("gbdt".into(), use_knn, p, g.rounds.max(1), si)))
-            } else {
-                let h = polled(ctl, "logistic validation", 15, |sh| {
-                    fit_lin_head(xv, nfv, &lay.cats, &hy, &fit_rows, sh)
-                        .ok_or(Error::Cancelled("stopped".into()))
-                })?;
-                let head = Head::Logistic(h);
-                for (i, &r) in valid.iter().enumerate() {
-                    head_predict(
-                        &head,
-                        &xv[r * nfv..(r + 1) * nfv],
-                        &mut p[i * kout..(i + 1) * kout],
-                    );
-                }
-                Ok(Some(("logistic".into(), use_knn, p, 0, si)))
+    // One candidate: head `gbdt` or logistic on the features `xv` (`nfv` a row), with the k-NN
+    // votes or not, of scheme `si`; fitted on the early rows, scored on the validation rows.
+    let candidate = |xv: &[f32],
+                     nfv: usize,
+                     si: usize,
+                     use_knn: bool,
+                     gbdt_head: bool|
+     -> Result<Candidate, Error> {
+        let mut p = vec![0f32; valid.len() * kout];
+        if gbdt_head {
+            let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
+                gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &fit_rows, &valid, params, threads, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
+            })?;
+            for (i, &r) in valid.iter().enumerate() {
+                g.predict(
+                    &xv[r * nfv..(r + 1) * nfv],
+                    &mut p[i * kout..(i + 1) * kout],
+                );
             }
-        };
+            Ok(("gbdt".into(), use_knn, p, g.rounds.max(1), si))
+        } else {
+            let h = polled(ctl, "logistic validation", 15, |sh| {
+                fit_lin_head(xv, nfv, &lay.cats, &hy, &fit_rows, sh)
+                    .ok_or(Error::Cancelled("stopped".into()))
+            })?;
+            let head = Head::Logistic(h);
+            for (i, &r) in valid.iter().enumerate() {
+                head_predict(
+                    &head,
+                    &xv[r * nfv..(r + 1) * nfv],
+                    &mut p[i * kout..(i + 1) * kout],
+                );
+            }
+            Ok(("logistic".into(), use_knn, p, 0, si))
+        }
+    };
     let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
     let score = |c: &Candidate| {
         better(&metric(
@@ -425,32 +422,63 @@ pub fn train(
         .into_iter()
         .filter(|&g| if g { want_gbdt } else { want_lin })
         .collect();
+    // The validation rows' stale features in x until the candidates are scored; the k-NN alone
+    // for the report from them (the test rows' are in x either way).
+    swap_stale(&mut x, &mut x_stale);
+    let knn_rows: &[usize] = if test_pos.is_empty() {
+        &valid
+    } else {
+        &test_pos
+    };
+    let knn_scores: Option<Vec<f32>> = lay.has_knn.then(|| {
+        let mut p = vec![0f32; knn_rows.len() * kout];
+        for (i, &r) in knn_rows.iter().enumerate() {
+            let v = &x[r * nf..r * nf + kout];
+            for (j, &vv) in v.iter().enumerate() {
+                p[i * kout + j] = if vv.is_nan() { -1.0 } else { vv };
+            }
+        }
+        p
+    });
     let mut chosen = 0;
     if !valid.is_empty() {
         let mut best_sc = f64::NEG_INFINITY;
         for si in 0..schemes.len() {
-            for &g in &heads {
-                if let Some(c) = candidate(si, true, g)? {
-                    let sc = score(&c);
-                    if sc > best_sc {
-                        best_sc = sc;
-                        chosen = si;
-                    }
-                    val_scores.push(c);
-                }
+            if si == 1 {
+                swap_fresh(&mut x, &mut fresh_hist);
             }
-        }
-        for &g in &heads {
-            if let Some(c) = candidate(chosen, false, g)? {
+            for &g in &heads {
+                let c = candidate(&x, nf, si, true, g)?;
+                let sc = score(&c);
+                if sc > best_sc {
+                    best_sc = sc;
+                    chosen = si;
+                }
                 val_scores.push(c);
             }
+        }
+        // x as the chosen scheme has it, for the candidates without the k-NN votes.
+        let fresh_in = schemes.len() > 1;
+        if fresh_in && chosen == 0 {
+            swap_fresh(&mut x, &mut fresh_hist);
+        }
+        if has_plain {
+            let xp = plain(&x);
+            for &g in &heads {
+                val_scores.push(candidate(&xp, nf - knn_w, chosen, false, g)?);
+            }
+        }
+        if fresh_in && chosen == 1 {
+            swap_fresh(&mut x, &mut fresh_hist);
         }
         // The chosen scheme's candidates only, in the order of the ties: without the k-NN
         // votes first, the GBDT first.
         val_scores.retain(|v| v.4 == chosen);
         val_scores.sort_by_key(|v| (v.1, v.0 != "gbdt"));
     }
-    drop(plains);
+    // x as it was: every training row's own features.
+    swap_stale(&mut x, &mut x_stale);
+    drop(x_stale);
     let val_metrics: Vec<MetricRow> = val_scores
         .iter()
         .map(|(a, _, p, _, _)| metric("predictor", a, "validation", &hy, &valid, p, kout))
@@ -473,7 +501,7 @@ pub fn train(
                     .iter()
                     .find(|v| v.0 == "gbdt" && v.1 == knn && v.4 == si)
                     .map_or(params.rounds.min(150), |v| v.3),
-                schemes[si].0,
+                schemes[si],
             )
         }
         None => (
@@ -483,7 +511,7 @@ pub fn train(
             default_scheme,
         ),
     };
-    let scheme_index = schemes.iter().position(|s| s.0 == scheme).unwrap_or(0);
+    let scheme_index = schemes.iter().position(|s| *s == scheme).unwrap_or(0);
     // The report's validation rows: the candidates with the picked features and history.
     let (val_scores, val_metrics): (Vec<_>, Vec<_>) = val_scores
         .into_iter()
@@ -491,29 +519,16 @@ pub fn train(
         .filter(|(v, _)| v.1 == use_knn && v.4 == scheme_index)
         .map(|(v, m)| ((v.0, v.2), m))
         .unzip();
-    // k-NN alone, for the report (before its columns may go).
-    let knn_rows: &[usize] = if test_pos.is_empty() {
-        &valid
-    } else {
-        &test_pos
-    };
-    let knn_scores: Option<Vec<f32>> = lay.has_knn.then(|| {
-        let mut p = vec![0f32; knn_rows.len() * kout];
-        let xs = if test_pos.is_empty() { x_valid } else { &x[..] };
-        for (i, &r) in knn_rows.iter().enumerate() {
-            let v = &xs[r * nf..r * nf + kout];
-            for (j, &vv) in v.iter().enumerate() {
-                p[i * kout + j] = if vv.is_nan() { -1.0 } else { vv };
-            }
-        }
-        p
-    });
     let leave_out_knn = has_plain && !use_knn;
     drop(schemes);
-    drop(x_fresh_valid);
-    drop(x_val);
     if scheme == "fresh" {
-        put_fresh(&mut x, &mut (0..ntr));
+        // Every training row gets the fresh history columns.
+        if let Some(h) = &fresh_hist {
+            for p in 0..ntr {
+                x[p * nf + hist_at..p * nf + hist_at + hist_c]
+                    .copy_from_slice(&h[p * hist_c..(p + 1) * hist_c]);
+            }
+        }
     }
     drop(fresh_hist);
     let (x, nf) = if leave_out_knn {
