@@ -48,7 +48,7 @@ pub(crate) fn nlist(n: usize) -> usize {
 }
 
 /// Bytes the search allocates beyond the given embeddings: the listed (normalised, permuted)
-/// candidates, the centroids, each query's probes and the result lists.
+/// candidates, the centroids, each query's probes, best lists (1.5 `kk` at most) and results.
 pub(crate) fn memory(
     n_cand: usize,
     n_query: usize,
@@ -59,19 +59,22 @@ pub(crate) fn memory(
     let nl = nlist(n_cand);
     n_cand * (dim * 4 + 16)
         + nl * dim * 4 * 2
-        + n_query * (NPROBE * 4 + kk * 8 + 16)
+        + n_query * (NPROBE * 4 + kk * 20 + 64)
         + threads * LQB * (CHUNK.max(4096) * 4 + dim * 4)
 }
 
-/// For each query the index of its nearest centroid row in `cents` (`nl` x d), computed in
-/// chunks of [`CHUNK`] rows of `rows` (`m` x d, normalised) on `threads` threads; `None` when
-/// stopped.
+/// For each of `m` rows its `np` nearest centroids of `cents` (`nl` x d) by dot product,
+/// nearest first (ties: the lower index), `m` x `np`; `row(r, out)` writes row `r` (normalised)
+/// into `out` (d values), so that no matrix of all the rows is made. In chunks of [`CHUNK`]
+/// rows on `threads` threads; `None` when stopped.
+#[allow(clippy::too_many_arguments)]
 fn nearest(
-    rows: &[f32],
     m: usize,
+    row: &(dyn Fn(usize, &mut [f32]) + Sync),
     cents: &[f32],
     nl: usize,
     d: usize,
+    np: usize,
     threads: usize,
     sh: &Shared,
 ) -> Option<Vec<u32>> {
@@ -79,21 +82,29 @@ fn nearest(
     let res = par_map(threads, chunks, &sh.stop, |c| {
         let r0 = c * CHUNK;
         let r1 = (r0 + CHUNK).min(m);
+        let mut rows = vec![0f32; (r1 - r0) * d];
+        for (i, out) in rows.chunks_exact_mut(d).enumerate() {
+            row(r0 + i, out);
+        }
         let mut s = vec![0f32; (r1 - r0) * nl];
-        dots(&rows[r0 * d..r1 * d], r1 - r0, cents, nl, d, &mut s);
-        s.chunks_exact(nl)
-            .map(|row| {
-                let mut b = 0;
-                for (j, &v) in row.iter().enumerate() {
-                    if v > row[b] {
-                        b = j;
-                    }
-                }
-                b as u32
-            })
-            .collect::<Vec<u32>>()
+        dots(&rows, r1 - r0, cents, nl, d, &mut s);
+        let mut out = Vec::with_capacity((r1 - r0) * np);
+        let mut idx: Vec<u32> = Vec::with_capacity(nl);
+        for sims in s.chunks_exact(nl) {
+            idx.clear();
+            idx.extend(0..nl as u32);
+            let by = |a: &u32, b: &u32| {
+                sims[*b as usize]
+                    .total_cmp(&sims[*a as usize])
+                    .then(a.cmp(b))
+            };
+            idx.select_nth_unstable_by(np - 1, by);
+            idx[..np].sort_unstable_by(by);
+            out.extend_from_slice(&idx[..np]);
+        }
+        out
     });
-    let mut out = Vec::with_capacity(m);
+    let mut out = Vec::with_capacity(m * np);
     for r in res {
         out.extend(r?);
     }
@@ -115,7 +126,8 @@ fn kmeans(
         cents[c * d..(c + 1) * d].copy_from_slice(&sample[r * d..(r + 1) * d]);
     }
     for _ in 0..KMEANS_ITERS {
-        let assign = nearest(sample, m, &cents, nl, d, threads, sh)?;
+        let row = |r: usize, out: &mut [f32]| out.copy_from_slice(&sample[r * d..(r + 1) * d]);
+        let assign = nearest(m, &row, &cents, nl, d, 1, threads, sh)?;
         let mut sum = vec![0f32; nl * d];
         let mut cnt = vec![0usize; nl];
         for (r, &c) in assign.iter().enumerate() {
@@ -157,21 +169,27 @@ pub(crate) fn search(
     let d = emb.dim;
     let n = cand.len();
     let t = |i: usize| as_of.map_or(0.0, |a| a[i]);
-    let norm_rows = |rows: &mut dyn Iterator<Item = usize>, m: usize| -> Vec<f32> {
-        let mut out = vec![0f32; m * d];
-        for (r, j) in rows.enumerate() {
-            normalise(&emb.data[j * d..(j + 1) * d], &mut out[r * d..(r + 1) * d]);
-        }
-        out
-    };
     // Lists.
     let nl = nlist(n).min(n.max(1));
     let ms = (nl * SAMPLE_PER_LIST).min(n);
-    let sample = norm_rows(&mut (0..ms).map(|s| cand[s * n / ms] as usize), ms);
+    // A row of the embeddings, normalised, into `out`.
+    let unit = |j: usize, out: &mut [f32]| normalise(&emb.data[j * d..(j + 1) * d], out);
+    let mut sample = vec![0f32; ms * d];
+    for (i, out) in sample.chunks_exact_mut(d).enumerate() {
+        unit(cand[i * n / ms] as usize, out);
+    }
     let cents = kmeans(&sample, ms, nl, d, threads, sh)?;
     drop(sample);
-    let cm = norm_rows(&mut cand.iter().map(|&j| j as usize), n);
-    let assign = nearest(&cm, n, &cents, nl, d, threads, sh)?;
+    let assign = nearest(
+        n,
+        &|r, out| unit(cand[r] as usize, out),
+        &cents,
+        nl,
+        d,
+        1,
+        threads,
+        sh,
+    )?;
     // Counting sort by list (stable: time order within a list).
     let mut start = vec![0usize; nl + 1];
     for &c in &assign {
@@ -189,42 +207,23 @@ pub(crate) fn search(
     drop(assign);
     let mut lv = vec![0f32; n * d];
     for (r, &p) in pos.iter().enumerate() {
-        let p = p as usize;
-        lv[r * d..(r + 1) * d].copy_from_slice(&cm[p * d..(p + 1) * d]);
+        unit(cand[p as usize] as usize, &mut lv[r * d..(r + 1) * d]);
     }
-    drop(cm);
     let lrow: Vec<u32> = pos.iter().map(|&p| cand[p as usize]).collect();
     let ltime: Vec<f64> = pos.iter().map(|&p| ctimes[p as usize]).collect();
     drop(pos);
     // Each query's probes, nearest first.
     let np = NPROBE.min(nl);
-    let qm = norm_rows(&mut qs.iter().map(|&q| q as usize), qs.len());
-    let chunks = qs.len().div_ceil(CHUNK);
-    let probes: Vec<u32> = {
-        let res = par_map(threads, chunks, &sh.stop, |c| {
-            let r0 = c * CHUNK;
-            let r1 = (r0 + CHUNK).min(qs.len());
-            let mut s = vec![0f32; (r1 - r0) * nl];
-            dots(&qm[r0 * d..r1 * d], r1 - r0, &cents, nl, d, &mut s);
-            let mut out = Vec::with_capacity((r1 - r0) * np);
-            let mut idx: Vec<u32> = Vec::with_capacity(nl);
-            for row in s.chunks_exact(nl) {
-                idx.clear();
-                idx.extend(0..nl as u32);
-                let by =
-                    |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
-                idx.select_nth_unstable_by(np - 1, by);
-                idx[..np].sort_unstable_by(by);
-                out.extend_from_slice(&idx[..np]);
-            }
-            out
-        });
-        let mut v = Vec::with_capacity(qs.len() * np);
-        for r in res {
-            v.extend(r?);
-        }
-        v
-    };
+    let probes = nearest(
+        qs.len(),
+        &|i, out| unit(qs[i] as usize, out),
+        &cents,
+        nl,
+        d,
+        np,
+        threads,
+        sh,
+    )?;
     drop(cents);
     // The queries of each list (inverted probes), in time order as `qs` is.
     let mut qstart = vec![0usize; nl + 1];
@@ -280,8 +279,7 @@ pub(crate) fn search(
                 continue;
             }
             for (r, &i) in chunk.iter().enumerate() {
-                let i = i as usize;
-                bq[r * d..(r + 1) * d].copy_from_slice(&qm[i * d..(i + 1) * d]);
+                unit(qs[i as usize] as usize, &mut bq[r * d..(r + 1) * d]);
             }
             s.resize(m * end, 0.0);
             dots(&bq[..m * d], m, &lv[l0 * d..(l0 + end) * d], end, d, &mut s);
