@@ -42,7 +42,7 @@ const LQB: usize = 128;
 /// Rows per GEMM chunk of the k-means and the assignment.
 const CHUNK: usize = 1024;
 
-/// Lists for `n` candidates: sqrt(n), at least 16, at most 4,096.
+/// Lists for `n` candidates: 2 sqrt(n), at least 16, at most 8,192.
 pub(crate) fn nlist(n: usize) -> usize {
     ((2.0 * (n as f64).sqrt()).round() as usize).clamp(16, 8192)
 }
@@ -190,20 +190,8 @@ pub(crate) fn search(
         threads,
         sh,
     )?;
-    // Counting sort by list (stable: time order within a list).
-    let mut start = vec![0usize; nl + 1];
-    for &c in &assign {
-        start[c as usize + 1] += 1;
-    }
-    for c in 0..nl {
-        start[c + 1] += start[c];
-    }
-    let mut fill = start.clone();
-    let mut pos = vec![0u32; n];
-    for (p, &c) in assign.iter().enumerate() {
-        pos[fill[c as usize]] = p as u32;
-        fill[c as usize] += 1;
-    }
+    // The candidates by list (time order within a list).
+    let (start, pos) = group_by(&assign, nl, 1);
     drop(assign);
     let mut lv = vec![0f32; n * d];
     for (r, &p) in pos.iter().enumerate() {
@@ -226,22 +214,8 @@ pub(crate) fn search(
     )?;
     drop(cents);
     // The queries of each list (inverted probes), in time order as `qs` is.
-    let mut qstart = vec![0usize; nl + 1];
-    for &l in &probes {
-        qstart[l as usize + 1] += 1;
-    }
-    for l in 0..nl {
-        qstart[l + 1] += qstart[l];
-    }
-    let mut qfill = qstart.clone();
-    let mut lq = vec![0u32; probes.len()];
-    for (i, ps) in probes.chunks_exact(np).enumerate() {
-        for &l in ps {
-            lq[qfill[l as usize]] = i as u32;
-            qfill[l as usize] += 1;
-        }
-    }
-    drop((probes, qfill));
+    let (qstart, lq) = group_by(&probes, nl, np);
+    drop(probes);
     let snap = snap.filter(|_| as_of.is_some());
     let qt: Vec<f64> = qs.iter().map(|&q| t(q as usize)).collect();
     let cap = kk + kk / 2;
@@ -325,6 +299,26 @@ pub(crate) fn search(
         .map(|m| m.map_or_else(Vec::new, |m| lock(&m).best(kk)))
         .collect();
     Some((main, snaps))
+}
+
+/// Items grouped by key (a counting sort, stable): `keys[i]` (< `nk`) is the key of item
+/// `i / per` (`per` keys an item); returns each key's start in the items (`nk` + 1 offsets) and
+/// the items, key by key, in their order.
+fn group_by(keys: &[u32], nk: usize, per: usize) -> (Vec<usize>, Vec<u32>) {
+    let mut start = vec![0usize; nk + 1];
+    for &k in keys {
+        start[k as usize + 1] += 1;
+    }
+    for k in 0..nk {
+        start[k + 1] += start[k];
+    }
+    let mut fill = start.clone();
+    let mut items = vec![0u32; keys.len()];
+    for (i, &k) in keys.iter().enumerate() {
+        items[fill[k as usize]] = (i / per) as u32;
+        fill[k as usize] += 1;
+    }
+    (start, items)
 }
 
 /// The list behind `m` (a poisoned lock's too: a panic is reported by the thread pool).
