@@ -155,8 +155,8 @@ pub struct TrainOptions {
     /// Rows the candidate heads are fitted on to be compared on the validation slice, at most
     /// (0 = no limit); past it, that many of the earlier training rows evenly spaced in time. The
     /// chosen head's final fit takes every training row. Default 250,000: below it nothing is
-    /// sampled; above, each candidate fit costs as much as 250,000 rows (at 1M training rows, a
-    /// fourth of the full fits' time).
+    /// sampled; above, each candidate is fitted on 250,000 rows (at 1M rows they still took 95-117
+    /// s each on 2 cores, BENCHMARKS.md "The k-NN votes at scale").
     pub validation_fit_rows: usize,
 }
 
