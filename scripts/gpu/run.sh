@@ -22,8 +22,16 @@
 #                 $GPU_CHECK_PG_DIR/run, OS user postgres when root: created if missing), CREATE
 #                 EXTENSION tributary CASCADE with the GPU ONNX Runtime, then timed
 #                 tributary_embed_column on real texts, each in a fresh backend after a 64-row
-#                 warm-up: $PROVIDER into vector(384), $PROVIDER into halfvec(384), cpu into
-#                 vector(384); cosine of those vs the cpu rows; tributary.sessions of each
+#                 warm-up, the runs of pg_runs (GPU_CHECK_PG_RUNS): fp32 graph, fp16 graph with
+#                 shape buckets, fp16 without (1,024 rows), fp32 without the pipeline, cpu; each
+#                 with the split of tributary.sessions (run ms, tokenize wait, read, write ms); a
+#                 run whose tributary.* setting this tributary.so lacks is skipped with a line;
+#                 cosine of each vs the cpu rows, which also go to .gpu/cpu-rows.tsv for `st`
+#   st            scripts/gpu/st_baseline.py with /opt/torch/.venv's python: sentence-transformers
+#                 all-MiniLM-L6-v2 on the same texts, fp16 and fp32, batch 128-1024 (~90 s)
+#   probe         scripts/gpu/fp16_probe.sh (the fp16 graph's cost per new input shape)
+#   sitting       pg, st, probe, check in one call (~520 s; soft limit per step), then a summary
+#                 (rows/s of every pg run, the best CUDA run / sentence-transformers' best)
 #   all           check, sweep-minilm, sweep-bge, cpu, pg (for a CPU-only rehearsal; on the GPU
 #                 machine use one phase per call)
 #
@@ -36,10 +44,16 @@
 # (default: what scripts/gpu/find_cuda.sh finds), OUT (default /tmp/tributary-gpu-out);
 # for `pg`: GPU_CHECK_PG_ROWS (rows for the $PROVIDER runs, 16384), GPU_CHECK_PG_CPU_ROWS (4096),
 # GPU_CHECK_PG_FP16_ROWS (the fp16-graph run, 1024: about 25 s on an H200),
-# GPU_CHECK_PG_BATCH (batch_size, 1024), GPU_CHECK_PG_SET (SQL before each timed run, e.g.
+# GPU_CHECK_PG_FP16_CAP (seconds for an fp16-graph run's timed call, 60), GPU_CHECK_PG_RUNS (the run
+# list: lines or `;`-separated runs of label|provider|type|rows|settings|cap, settings as
+# space-separated NAME=VALUE of tributary.NAME), GPU_CHECK_PG_BATCH (batch_size, 1024), GPU_CHECK_PG_SET (SQL before each timed run, e.g.
 # "SET tributary.max_batch_tokens = 65536;"), GPU_CHECK_PG_DIR (/tmp/tributary-gpu-pg),
 # GPU_CHECK_PG_LIBS (`missing`: only the bundled libraries whose soname ldconfig does not know go
-# on LD_LIBRARY_PATH; `all`: every one, to rehearse the bundle on a machine that has them all).
+# on LD_LIBRARY_PATH; `all`: every one, to rehearse the bundle on a machine that has them all);
+# for `st`: GPU_CHECK_ST_PYTHON (/opt/torch/.venv/bin/python), GPU_CHECK_ST_ROWS (= the pg rows),
+# GPU_CHECK_ST_BATCHES (128,256,512,1024), GPU_CHECK_ST_LIMIT (85 s); for `sitting`:
+# GPU_SITTING_LIMIT (520 s), GPU_SITTING_STEPS ("pg st probe check"), GPU_SITTING_PG / _ST /
+# _PROBE / _CHECK (each step's soft limit: 200 / 90 / 130 / 120 s); PROBE_* (fp16_probe.sh).
 # Rehearsal here: GPU_CHECK_PROVIDER=cpu OUT=/tmp/gpuout GPU_CHECK_ROWS=16 ... bash scripts/gpu/run.sh all
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -70,9 +84,17 @@ PG_FP16_ROWS=${GPU_CHECK_PG_FP16_ROWS:-1024}
 PG_BATCH=${GPU_CHECK_PG_BATCH:-1024}
 PG_LIBS=${GPU_CHECK_PG_LIBS:-missing}
 PG_SET=${GPU_CHECK_PG_SET:-}   # extra SQL run before each timed run, e.g. "SET tributary.max_batch_tokens = 65536;"
+PG_FP16_CAP=${GPU_CHECK_PG_FP16_CAP:-60}   # seconds for each fp16-graph run's timed call
+PG_GRACE=${GPU_CHECK_PG_GRACE:-60}   # a run started before the soft limit may go on this long past it
 PG_PORT=5499
-# the sentence-transformers baseline's model folder (small.NN)
+# The `st` phase: sentence-transformers on the same texts (scripts/gpu/st_baseline.py).
 ST_MODEL=${GPU_CHECK_ST_MODEL:-.gpu/st-model/all-MiniLM-L6-v2}
+ST_ROWS=${GPU_CHECK_ST_ROWS:-$PG_ROWS}
+ST_BATCHES=${GPU_CHECK_ST_BATCHES:-128,256,512,1024}
+ST_LIMIT=${GPU_CHECK_ST_LIMIT:-85}   # seconds for the whole st_baseline.py run (no new measurement after)
+if [ -n "${GPU_CHECK_ST_PYTHON:-}" ]; then ST_PY=$GPU_CHECK_ST_PYTHON
+elif [ -x /opt/torch/.venv/bin/python ]; then ST_PY=/opt/torch/.venv/bin/python
+else ST_PY=.venv/bin/python; fi
 if [ -n "${GPU_CHECK_PYTHON:-}" ]; then PY=$GPU_CHECK_PYTHON
 elif [ -x /opt/torch/.venv/bin/python ]; then PY=/opt/torch/.venv/bin/python
 else PY=.venv/bin/python; fi
@@ -84,15 +106,25 @@ FAILED=0
 say() { printf '%s\n' "$*" | tee -a "$RESULTS/$PHASE.md"; }
 elapsed() { echo $(( $(date +%s) - STARTED )); }
 
-# Copies the results so far to $OUT, with report.md = every phase's Markdown in order.
+# Copies the results so far to $OUT: report.md (every phase's Markdown in order: all the
+# numbers), the CSVs (check, sweep, pg, st), pg.log, pg-server.log and logs.txt (every other log
+# of .gpu/results); 8 files at most, what a call brings back.
 publish() {
+  local p f
   {
     echo "# tributary GPU check ($(date -u '+%Y-%m-%d %H:%M UTC'))"
-    for p in machine check sweep-minilm sweep-bge cpu pg; do
+    for p in machine sitting summary pg st probe check sweep-minilm sweep-bge cpu; do
       [ -f "$RESULTS/$p.md" ] && { echo; cat "$RESULTS/$p.md"; }
     done
   } > "$RESULTS/report.md"
-  cp "$RESULTS"/*.md "$RESULTS"/*.csv "$RESULTS"/*.log "$OUT/" 2>/dev/null || true
+  for f in "$RESULTS"/*.log; do
+    case ${f##*/} in pg.log|pg-server.log) ;; *) [ -f "$f" ] && { echo "==== ${f##*/}"; tail -n 200 "$f"; } ;; esac
+  done > "$RESULTS/logs.txt"
+  [ -s "$RESULTS/logs.txt" ] || rm -f "$RESULTS/logs.txt"
+  rm -f "$OUT"/*.md "$OUT"/*.csv "$OUT"/*.log "$OUT"/logs.txt
+  for f in report.md check.csv sweep.csv pg.csv st.csv pg.log pg-server.log logs.txt; do
+    [ -f "$RESULTS/$f" ] && cp "$RESULTS/$f" "$OUT/"
+  done
 }
 
 unpack_tool() { # decompresses xz from stdin to stdout: xz if installed, else python's lzma
@@ -207,8 +239,9 @@ models() { # name dir pairs that exist
 # One check; its output lines go to the phase's Markdown, a failed threshold marks the run failed.
 one_check() { # label args...
   local label=$1; shift
+  if [ "$(elapsed)" -ge "$SOFT_LIMIT" ]; then say "skipped \`check $label\`: phase past ${SOFT_LIMIT} s"; return; fi
   say ""; say "\`check $label\`"; say '```'
-  "$BENCH" check "${COMMON[@]}" --rows "$CHECK_ROWS" --label "$label" --csv "$RESULTS/check.csv" "$@" 2>&1 | tee -a "$RESULTS/$PHASE.md"
+  timeout $(( SOFT_LIMIT + PG_GRACE - $(elapsed) )) "$BENCH" check "${COMMON[@]}" --rows "$CHECK_ROWS" --label "$label" --csv "$RESULTS/check.csv" "$@" 2>&1 | tee -a "$RESULTS/$PHASE.md"
   local rc=${PIPESTATUS[0]}
   say '```'
   [ "$rc" = 0 ] || { say "**FAILED** (exit status $rc)"; FAILED=1; }
@@ -368,14 +401,38 @@ pg_down() {
   cp "$PGDIR/run/server.log" "$RESULTS/pg-server.log" 2>/dev/null || true
 }
 
+# Does this tributary.so define tributary.NAME? (SHOW in a fresh session after LOAD: SET would
+# only make a placeholder.) Cached.
+declare -A PG_HAS=()
+pg_has() { # name (without the tributary. prefix)
+  if [ -z "${PG_HAS[$1]:-}" ]; then
+    if pgsql -At -c "LOAD 'tributary'" -c "SHOW tributary.$1" >/dev/null 2>>"$RESULTS/pg.log"; then PG_HAS[$1]=1; else PG_HAS[$1]=0; fi
+  fi
+  [ "${PG_HAS[$1]}" = 1 ]
+}
+
 # One timed tributary_embed_column in a fresh backend: a 64-row warm-up table first (loads the
 # session: ORT, CUDA, the model), then ROWS rows, timed with clock_timestamp() around the call.
-pg_embed() { # label provider type rows [SQL before the runs]
-  local label=$1 prov=$2 type=$3 rows=$4 extra=${5:-} tbl left out rc
-  tbl=t_$(echo "$label" | tr -c 'a-z0-9\n' _)
-  if [ "$(elapsed)" -ge "$SOFT_LIMIT" ]; then say "skipped \`$label\`: phase past ${SOFT_LIMIT} s"; return; fi
-  left=$(( SOFT_LIMIT + 60 - $(elapsed) ))
-  pgsql >>"$RESULTS/pg.log" 2>&1 <<SQL || { say "**FAILED** to make $tbl (see pg.log)"; FAILED=1; return; }
+# SETTINGS: space-separated NAME=VALUE of tributary.NAME; a run whose setting this tributary.so
+# lacks is skipped (with a line saying so). CAP: seconds for the timed call (statement_timeout;
+# never more than what is left of the phase); a run cut by it reports the rows ORT embedded by
+# then (tributary.sessions' rows) over its time, marked `timeout`.
+pg_embed() { # label provider type rows [settings] [cap]
+  local label=$1 prov=$2 type=$3 rows=$4 settings=${5:-} cap=${6:-} tbl left out rc kv name missing="" set_sql=""
+  tbl=t_$(echo "$label" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
+  if [ "$(elapsed)" -ge "$SOFT_LIMIT" ]; then say "| $label | skipped: phase past ${SOFT_LIMIT} s |"; return; fi
+  for kv in $settings; do
+    name=${kv%%=*}
+    if pg_has "$name"; then set_sql+="SET tributary.$name = '${kv#*=}'; "
+    else missing+=" tributary.$name"; fi
+  done
+  if [ -n "$missing" ]; then
+    say "| $label | skipped: \`SHOW$missing\` fails (not in this tributary.so) |"; return
+  fi
+  left=$(( SOFT_LIMIT + PG_GRACE - $(elapsed) ))
+  [ -n "$cap" ] && [ "$cap" -lt "$left" ] && left=$cap
+  [ "$left" -lt 5 ] && left=5
+  pgsql >>"$RESULTS/pg.log" 2>&1 <<SQL || { say "| $label | **FAILED** to make $tbl (see pg.log) |"; FAILED=1; return; }
 DROP TABLE IF EXISTS ${tbl}, w_${tbl};
 CREATE TABLE ${tbl} (id int PRIMARY KEY, description text, embedding ${type}(384));
 INSERT INTO ${tbl} (id, description) SELECT id, description FROM src WHERE id <= ${rows};
@@ -384,37 +441,68 @@ INSERT INTO w_${tbl} (id, description) SELECT id, description FROM src WHERE id 
 VACUUM ANALYZE ${tbl};
 VACUUM ANALYZE w_${tbl};
 SQL
-  out=$(pgsql -At -F '|' 2>>"$RESULTS/pg.log" <<SQL
+  echo "-- $label: $set_sql statement_timeout ${left}s" >> "$RESULTS/pg.log"
+  out=$(pgsql -At -F '|' 2>"$PGDIR/err" <<SQL
 SET tributary.execution_provider = '$prov';
-SET statement_timeout = '${left}s';
 $PG_SET
-$extra
+$set_sql
+SET statement_timeout = '${left}s';
 SELECT 'WARM', tributary_embed_column('w_${tbl}', ARRAY['description'], 'embedding', batch_size => $PG_BATCH);
-SELECT 'BEFORE', coalesce(sum(runs), 0), coalesce(sum(tokens), 0), coalesce(sum(padded_tokens), 0), coalesce(sum(run_ms), 0) FROM tributary.sessions;
+SET statement_timeout = '${left}s';
+SELECT 'BEFORE', $PG_SPLIT_SQL FROM tributary.sessions;
+\set n -1
 SELECT clock_timestamp() AS t0 \gset
+\set ON_ERROR_STOP off
 SELECT tributary_embed_column('${tbl}', ARRAY['description'], 'embedding', batch_size => $PG_BATCH) AS n \gset
+\set ON_ERROR_STOP on
 SELECT 'RESULT', :n, extract(epoch FROM clock_timestamp() - :'t0'::timestamptz);
-SELECT 'AFTER', sum(runs), sum(tokens), sum(padded_tokens), sum(run_ms) FROM tributary.sessions;
+RESET statement_timeout;
+SELECT 'AFTER', $PG_SPLIT_SQL FROM tributary.sessions;
 SELECT 'SESSION', execution_provider, provider_note, io_binding, io_binding_note, runs, rows, tokens, padded_tokens, round(run_ms::numeric, 1), round(tokenize_wait_ms::numeric, 1), model_file FROM tributary.sessions;
 SELECT 'FILLED', count(*) FILTER (WHERE embedding IS NOT NULL), count(*) FROM ${tbl};
 SQL
 )
   rc=$?
+  cat "$PGDIR/err" >> "$RESULTS/pg.log"
   echo "$out" >> "$RESULTS/pg.log"
-  [ $rc = 0 ] || { say "**FAILED** \`$label\` (psql exit $rc): $(tail -n 3 "$RESULTS/pg.log" | tr '\n' ' ')"; FAILED=1; return; }
-  echo "$out" | awk -F'|' -v label="$label" -v prov="$prov" -v type="$type" -v csv="$RESULTS/pg.csv" -v md="$RESULTS/$PHASE.md" '
+  [ $rc = 0 ] || { say "| $label | **FAILED** (psql exit $rc): $(tail -n 3 "$RESULTS/pg.log" | tr '\n|' '  ') |"; FAILED=1; return; }
+  echo "$out" | awk -F'|' -v label="$label" -v prov="$prov" -v type="$type" -v csv="$RESULTS/pg.csv" -v md="$RESULTS/$PHASE.md" \
+      -v settings="$settings" -v rw="$PG_HAS_RW" -v cap="$left" -v asked="$rows" \
+      -v err="$(grep -m1 'ERROR' "$PGDIR/err" | tr '|' ' ')" '
+    function ms(x) { return rw ? sprintf("%.0f", x) : "n/a" }
     $1 == "RESULT" { n = $2; s = $3 }
     $1 == "SESSION" { used = $2; iob = $4 }
-    $1 == "BEFORE" { runs = -$2; tok = -$3; pad = -$4; ms = -$5 }
-    $1 == "AFTER" { runs += $2; tok += $3; pad += $4; ms += $5 }
+    $1 == "BEFORE" { runs = -$2; tok = -$3; pad = -$4; ort = -$5; tw = -$6; rd = -$7; wr = -$8; done = -$9 }
+    $1 == "AFTER" { runs += $2; tok += $3; pad += $4; ort += $5; tw += $6; rd += $7; wr += $8; done += $9 }
     $1 == "FILLED" { filled = $2; total = $3 }
     END {
-      if (s <= 0 || n + 0 == 0) { print "**FAILED** `" label "`: " n " rows in " s " s" >> md; exit 1 }
-      if (filled != total) { print "**FAILED** `" label "`: only " filled " of " total " rows filled" >> md; exit 1 }
-      printf "| %s | %s | %s | %s | %s | %d | %.2f | %.0f | %d | %.0f | %.0f%% | %.1f |\n", label, prov, used, iob, type, n, s, n / s, runs, ms, 100 * ms / (1000 * s), (pad > 0 ? 100 * (1 - tok / pad) : 0) >> md
-      printf "%s,%s,%s,%s,%s,%d,%.4f,%.1f,%d,%d,%d,%.1f\n", label, prov, used, iob, type, n, s, n / s, runs, tok, pad, ms >> csv
-    }' || FAILED=1
+      status = "ok"
+      if (n + 0 < 0 && err ~ /statement timeout/) { status = "timeout"; n = done }   # ORT rows so far
+      else if (n + 0 < 0) { print "| " label " | **FAILED**: " err " |" >> md; exit 1 }
+      else if (filled != total) status = "only " filled " of " total " filled"
+      if (s <= 0 || n + 0 == 0) { print "| " label " | **FAILED**: " n " rows in " s " s (" status ") |" >> md; exit 1 }
+      note = (status == "ok" ? "" : " (" status (status == "timeout" ? " after " cap " s, of " asked " rows" : "") ")")
+      printf "| %s%s | %s | %s | %s | %d | %.2f | %.0f | %d | %.0f | %.0f | %s | %s | %.0f%% | %.1f | %s |\n", label, note, prov, used, type, n, s, n / s, runs, ort, tw, ms(rd), ms(wr), 100 * ort / (1000 * s), (pad > 0 ? 100 * (1 - tok / pad) : 0), settings >> md
+      printf "%s,%s,%s,%s,%s,%d,%.4f,%.1f,%d,%d,%d,%.1f,%.1f,%s,%s,%s,%s\n", label, prov, used, iob, type, n, s, n / s, runs, tok, pad, ort, tw, (rw ? sprintf("%.1f", rd) : ""), (rw ? sprintf("%.1f", wr) : ""), settings, status >> csv
+      if (status != "ok") exit 2
+    }'
+  rc=$?
+  [ $rc = 1 ] && FAILED=1
+  [ $rc = 0 ] && PG_DONE+=("$tbl|$label|$prov|$type")
   tail -n 1 "$RESULTS/$PHASE.md"
+}
+
+# The runs of the `pg` phase, one per line: label|provider|type|rows|settings|cap (s). Override
+# with GPU_CHECK_PG_RUNS (same format; `;` may separate runs too).
+pg_runs() {
+  if [ -n "${GPU_CHECK_PG_RUNS:-}" ]; then printf '%s\n' "$GPU_CHECK_PG_RUNS" | tr ';' '\n'; return; fi
+  cat <<RUNS
+$PROVIDER fp32|$PROVIDER|vector|$PG_ROWS|gpu_fp16=off|
+$PROVIDER fp16 buckets|$PROVIDER|vector|$PG_ROWS|gpu_fp16=on gpu_shape_buckets=on|$PG_FP16_CAP
+$PROVIDER fp16 no buckets|$PROVIDER|vector|$PG_FP16_ROWS|gpu_fp16=on gpu_shape_buckets=off|$PG_FP16_CAP
+$PROVIDER fp32 no pipeline|$PROVIDER|vector|$PG_ROWS|gpu_fp16=off pipeline=off|
+cpu baseline|cpu|vector|$PG_CPU_ROWS||
+RUNS
 }
 
 pg() {
@@ -428,48 +516,161 @@ pg() {
   say "relocated: $(pgsql -At -F ' = ' -c "SELECT name, setting FROM pg_config WHERE name IN ('BINDIR', 'SHAREDIR', 'PKGLIBDIR') ORDER BY name" | paste -sd';' | sed 's/;/; /g')"
   say "OS user: $PGOS; $PG_LINKED"
   say "tributary.cuda_library_path = '$PG_CUDA'"
-  say "settings: $(pgsql -At -c "LOAD 'tributary'" -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('tributary.io_binding', 'tributary.gpu_fp16', 'tributary.max_batch_tokens', 'tributary.intra_op_threads', 'tributary.gpu_device')")${PG_SET:+; before each run: $PG_SET}"
+  say "$(sed -n 2p "$PGROOT/PACKED" 2>/dev/null)"
+  say "settings: $(pgsql -At -c "LOAD 'tributary'" -c "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name LIKE 'tributary.%' AND name NOT IN ('tributary.ort_library', 'tributary.cuda_library_path')")${PG_SET:+; before each run: $PG_SET}"
   say '```'
   if ! pgsql -c "DROP EXTENSION IF EXISTS tributary CASCADE; CREATE EXTENSION tributary CASCADE" >>"$RESULTS/pg.log" 2>&1; then
     say "**FAILED**: CREATE EXTENSION tributary CASCADE: $(tail -n 3 "$RESULTS/pg.log" | tr '\n' ' ')"; FAILED=1; pg_down; return
   fi
   say "extensions: $(pgsql -At -c "SELECT string_agg(e.extname || ' ' || e.extversion, ', ' ORDER BY e.extname) FROM pg_extension e")"
-  local n=$PG_ROWS; [ "$PG_CPU_ROWS" -gt "$n" ] && n=$PG_CPU_ROWS
+  # tributary.sessions' split of a run's time: read_ms / write_ms where this tributary.so has them
+  PG_HAS_RW=0
+  pgsql -At -c "SELECT read_ms, write_ms FROM tributary.sessions LIMIT 0" >/dev/null 2>>"$RESULTS/pg.log" && PG_HAS_RW=1
+  PG_SPLIT_SQL="coalesce(sum(runs), 0), coalesce(sum(tokens), 0), coalesce(sum(padded_tokens), 0), coalesce(sum(run_ms), 0), coalesce(sum(tokenize_wait_ms), 0)"
+  if [ $PG_HAS_RW = 1 ]; then PG_SPLIT_SQL+=", coalesce(sum(read_ms), 0), coalesce(sum(write_ms), 0)"; else PG_SPLIT_SQL+=", 0, 0"; fi
+  PG_SPLIT_SQL+=", coalesce(sum(rows), 0)"
+  local runs n=$PG_CPU_ROWS label prov type rows settings cap
+  runs=$(pg_runs | grep -v '^[[:space:]]*$')
+  while IFS='|' read -r label prov type rows settings cap; do [ "$rows" -gt "$n" ] && n=$rows; done <<<"$runs"
   pgsql -c "DROP TABLE IF EXISTS src; CREATE TABLE src (id int PRIMARY KEY, description text)" >>"$RESULTS/pg.log" 2>&1
   awk -v n="$n" 'NR > n { exit } { t = $0; gsub(/"/, "\"\"", t); gsub(/\\n/, "\n", t); printf "%d,\"%s\"\n", NR, t }' "$TEXTS" \
     | pgsql -c "COPY src FROM STDIN WITH (FORMAT csv)" >>"$RESULTS/pg.log" 2>&1 || { say "**FAILED** loading texts (pg.log)"; FAILED=1; pg_down; return; }
   say "texts: $(pgsql -At -c "SELECT count(*) || ' rows, ' || round(avg(length(description))) || ' characters on average' FROM src")"
   say ""
-  say "Each run in a fresh backend after a 64-row warm-up (session load excluded); batch_size $PG_BATCH; ORT = time inside ORT runs (tributary.sessions.run_ms); padding = 1 - tokens / padded tokens."
+  say "Each run in a fresh backend after a 64-row warm-up (session load excluded); batch_size $PG_BATCH; s = wall time of the one call (clock_timestamp()); from tributary.sessions (after - before): ORT ms = time inside ORT runs (run_ms), tokenize wait ms (tokenize_wait_ms), read ms / write ms (read_ms / write_ms: $([ $PG_HAS_RW = 1 ] && echo present || echo 'not in this tributary.so: n/a')); ORT share = ORT ms / s; padding = 1 - tokens / padded tokens."
   say ""
-  say "| run | asked | used | io_binding | target | rows | s | rows/s | ORT runs | ORT ms | ORT share | padding % |"
-  say "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
-  [ -f "$RESULTS/pg.csv" ] || echo "label,provider_asked,provider_used,io_binding,target,rows,seconds,rows_per_s,ort_runs,tokens,padded_tokens,run_ms" > "$RESULTS/pg.csv"
-  pg_embed "$PROVIDER vector" "$PROVIDER" vector "$PG_ROWS"
-  pg_embed "$PROVIDER halfvec" "$PROVIDER" halfvec "$PG_ROWS"
-  pg_embed "cpu baseline vector" cpu vector "$PG_CPU_ROWS"
-  # the fp16 graph (off by default: each new input shape cost it 100-600 ms on an H200), few rows
-  pg_embed "$PROVIDER vector fp16" "$PROVIDER" vector "$PG_FP16_ROWS" "SET tributary.gpu_fp16 = on;"
-  # the engine sweeps' default budget (16384 padded tokens per ORT run) vs the extension's 2048
-  pg_embed "$PROVIDER vector max_batch_tokens 16384" "$PROVIDER" vector "$PG_ROWS" "SET tributary.max_batch_tokens = 16384;"
-  # the GPU's vectors against the CPU provider's, row by row (the same 0.999 as `check`)
+  say "| run | asked | used | target | rows | s | rows/s | ORT runs | ORT ms | tokenize wait ms | read ms | write ms | ORT share | padding % | settings |"
+  say "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+  local header="label,provider_asked,provider_used,io_binding,target,rows,seconds,rows_per_s,ort_runs,tokens,padded_tokens,run_ms,tokenize_wait_ms,read_ms,write_ms,settings,status"
+  [ "$(head -n1 "$RESULTS/pg.csv" 2>/dev/null)" = "$header" ] || echo "$header" > "$RESULTS/pg.csv"
+  PG_DONE=()
+  while IFS='|' read -r -u 3 label prov type rows settings cap; do
+    pg_embed "$label" "$prov" "$type" "$rows" "$settings" "$cap"
+  done 3<<<"$runs"
+  # every run's vectors against the CPU provider's (the same 0.999 as `check`), row by row
+  local ref="" r tbl rtype q
+  for r in "${PG_DONE[@]}"; do IFS='|' read -r tbl label prov type <<<"$r"; [ "$label" = "cpu baseline" ] && ref=$tbl; done
+  [ -z "$ref" ] && for r in "${PG_DONE[@]}"; do IFS='|' read -r tbl label prov type <<<"$r"; [ "$prov" = cpu ] && [ "$type" = vector ] && { ref=$tbl; break; }; done
   say ""
-  local q
-  q=$(pgsql -At -F '|' -c "
-    SELECT 'vector', count(*), min(1 - (a.embedding <=> b.embedding)), avg(1 - (a.embedding <=> b.embedding))
-      FROM \"t_${PROVIDER}_vector\" a JOIN t_cpu_baseline_vector b USING (id)
-    UNION ALL
-    SELECT 'halfvec', count(*), min(1 - (a.embedding <=> b.embedding::halfvec)), avg(1 - (a.embedding <=> b.embedding::halfvec))
-      FROM \"t_${PROVIDER}_halfvec\" a JOIN t_cpu_baseline_vector b USING (id)" 2>>"$RESULTS/pg.log")
-  echo "$q" | awk -F'|' -v prov="$PROVIDER" -v md="$RESULTS/$PHASE.md" '
-    NF >= 4 { printf "cosine %s %s vs cpu: %d rows, min %.6f, mean %.6f%s\n", prov, $1, $2, $3, $4, ($2 > 0 && $3 < 0.999 ? " **BELOW 0.999**" : "") >> md
-              if ($2 > 0 && $3 < 0.999) bad = 1 }
-    END { exit bad }' || FAILED=1
-  grep '^cosine' "$RESULTS/$PHASE.md" | tail -n 2
+  if [ -z "$ref" ]; then
+    say "no CPU run finished: no cosine"
+  else
+    pgsql -At -c "COPY (SELECT id, embedding FROM $ref ORDER BY id) TO STDOUT" > .gpu/cpu-rows.tsv 2>>"$RESULTS/pg.log" || rm -f .gpu/cpu-rows.tsv
+    for r in "${PG_DONE[@]}"; do
+      IFS='|' read -r tbl label prov type <<<"$r"
+      [ "$tbl" = "$ref" ] && continue
+      rtype=$type
+      q=$(pgsql -At -F '|' -c "SELECT count(*), min(1 - (a.embedding <=> b.embedding::$rtype)), avg(1 - (a.embedding <=> b.embedding::$rtype))
+            FROM $tbl a JOIN $ref b USING (id) WHERE a.embedding IS NOT NULL" 2>>"$RESULTS/pg.log")
+      echo "$q" | awk -F'|' -v label="$label" -v md="$RESULTS/$PHASE.md" '
+        NF >= 3 { printf "cosine `%s` vs cpu baseline: %d rows, min %.6f, mean %.6f%s\n", label, $1, $2, $3, ($1 > 0 && $2 < 0.999 ? " **BELOW 0.999**" : "") >> md
+                  if ($1 > 0 && $2 < 0.999) bad = 1 }
+        END { exit bad }' || FAILED=1
+      tail -n 1 "$RESULTS/$PHASE.md"
+    done
+  fi
   say ""; say "tributary.sessions of each run (model_file under the relocated share dir):"; say '```'
-  grep '^SESSION|' "$RESULTS/pg.log" | cut -d'|' -f2- | tail -n 5 | tee -a "$RESULTS/$PHASE.md"
+  grep '^SESSION|' "$RESULTS/pg.log" | cut -d'|' -f2- | tail -n "$(echo "$runs" | wc -l)" | tee -a "$RESULTS/$PHASE.md"
   say '```'
   pg_down
+  [ -f "$RESULTS/st.csv" ] && summary
+}
+
+# ---- the `st` phase: the sentence-transformers baseline on the same texts ---------------------
+st() {
+  : > "$RESULTS/st.md"
+  local f
+  for f in "$ST_MODEL/config.json" "$ST_MODEL/model.safetensors" "$TEXTS"; do
+    [ -e "$f" ] || { say "## sentence-transformers baseline"; say ""; say "skipped: no $f (carry small.NN with \`receive\`)"; return; }
+  done
+  # find_spec: present or not without paying torch's import twice
+  if ! "$ST_PY" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torch", "sentence_transformers", "transformers", "numpy", "safetensors")))' 2>/dev/null; then
+    say "## sentence-transformers baseline"; say ""; say "skipped: $ST_PY lacks torch / sentence_transformers / transformers / numpy / safetensors"; return
+  fi
+  local limit=$ST_LIMIT dev=cuda rc
+  [ "$limit" -gt "$(( SOFT_LIMIT - $(elapsed) ))" ] && limit=$(( SOFT_LIMIT - $(elapsed) ))
+  [ "$PROVIDER" = cpu ] && dev=cpu
+  # st_baseline.py writes st.md itself; its progress lines go to st.log
+  timeout $(( limit + 20 )) "$ST_PY" scripts/gpu/st_baseline.py --model "$ST_MODEL" --texts "$TEXTS" \
+    --out "$RESULTS" --rows "$ST_ROWS" --batches "$ST_BATCHES" --time-limit "$limit" --device "$dev" \
+    --cpu-rows .gpu/cpu-rows.tsv >"$RESULTS/st.log" 2>&1
+  rc=$?
+  if [ $rc != 0 ]; then
+    { echo; echo "**FAILED**: st_baseline.py exit status $rc$([ $rc = 124 ] && echo ' (timeout)'):"; echo '```'; tail -n 15 "$RESULTS/st.log"; echo '```'; } >> "$RESULTS/st.md"
+    FAILED=1
+  fi
+  cat "$RESULTS/st.md"
+  [ -f "$RESULTS/pg.csv" ] && summary
+}
+
+# ---- the `probe` phase: scripts/gpu/fp16_probe.sh with its output in report.md ------------------
+probe() {
+  ready
+  say "## fp16 probe (scripts/gpu/fp16_probe.sh): three points of batch ${PROBE_BATCH:-1024} over the same ${PROBE_ROWS:-2048} texts per session, budget ${PROBE_BUDGET:-2048}"
+  say ""
+  say "(is a new input shape's cost paid once? points two and three see point one's shapes again)"
+  say '```'
+  CUDA_LIBRARY_PATH="$CUDA_DIRS" PROBE_PROVIDER="$PROVIDER" PROBE_UNTIL=$(( STARTED + SOFT_LIMIT )) \
+    PROBE_CSV="$RESULTS/sweep.csv" OUT="$RESULTS" BENCH="$BENCH" bash scripts/gpu/fp16_probe.sh 2>&1 | tee -a "$RESULTS/$PHASE.md"
+  say '```'
+}
+
+# ---- summary: rows/s of every pg run and the best CUDA run against sentence-transformers' best --
+summary() {
+  local f="$RESULTS/summary.md"
+  awk -F, -v st="$RESULTS/st.csv" -v prov="$PROVIDER" '
+    BEGIN {
+      while ((getline line < st) > 0) {
+        split(line, c, ","); if (c[1] == "dtype") continue
+        if (c[6] + 0 > best) { best = c[6] + 0; bcfg = c[1] " batch " c[2]; dev = c[8]; gsub(/"/, "", dev) }
+      }
+      print "## Summary"; print ""
+      print "| run | rows | rows/s | status | vs sentence-transformers best |"
+      print "|---|---:|---:|---|---:|"
+    }
+    NR > 1 && $1 != "label" {
+      printf "| %s | %d | %.0f | %s | %s |\n", $1, $6, $8, $17, (best > 0 ? sprintf("%.2fx", $8 / best) : "n/a")
+      if ($2 != "cpu" && $17 == "ok" && $8 + 0 > top) { top = $8 + 0; topl = $1 }
+    }
+    END {
+      print ""
+      if (best > 0) printf "sentence-transformers best: %.0f rows/s (%s) on %s\n", best, bcfg, dev
+      else print "sentence-transformers: no st.csv figures (st did not run, or not yet)"
+      if (top > 0 && best > 0) printf "\n**best %s run: `%s`, %.0f rows/s = %.2fx sentence-transformers best (%.0f rows/s)**\n", prov, topl, top, top / best, best
+      else if (top > 0) printf "\nbest %s run: `%s`, %.0f rows/s\n", prov, topl, top
+    }' "$RESULTS/pg.csv" > "$f" 2>/dev/null || echo "## Summary: no pg.csv" > "$f"
+  cat "$f"
+}
+
+# ---- the `sitting` phase: everything a 15-minute lease has time for, in one call -----------------
+# pg (the runs above), st, the fp16 probe, check (MiniLM only when GPU_CHECK_PYTHON=/bin/false),
+# each with a soft time limit: its own budget, cut so that the steps after it keep their minimum.
+# The whole stays under GPU_SITTING_LIMIT seconds (520; the call's limit is 600 and `receive`
+# comes first in the same call).
+sitting() {
+  local t0=$(date +%s) total=${GPU_SITTING_LIMIT:-520} step budget reserve left
+  local -A BUDGET=([pg]=${GPU_SITTING_PG:-200} [st]=${GPU_SITTING_ST:-90} [probe]=${GPU_SITTING_PROBE:-130} [check]=${GPU_SITTING_CHECK:-120})
+  local -A RESERVE=([pg]=200 [st]=120 [probe]=60 [check]=0)   # what the later steps need at least
+  # the probe smaller than alone: 1,024 texts in calls of 512, 40 s per variant at most (the fp16
+  # graph ran 49-70 rows/s through PostgreSQL when each new shape cost it)
+  export PROBE_ROWS=${PROBE_ROWS:-1024} PROBE_BATCH=${PROBE_BATCH:-512} PROBE_TIMEOUT=${PROBE_TIMEOUT:-40}
+  rm -f "$RESULTS"/{pg,st,probe,check,summary}.md "$RESULTS"/{pg,st,check,sweep}.csv "$RESULTS"/*.log .gpu/cpu-rows.tsv
+  for step in ${GPU_SITTING_STEPS:-pg st probe check}; do
+    left=$(( total - ($(date +%s) - t0) - ${RESERVE[$step]:-0} ))
+    budget=${BUDGET[$step]:-120}; [ "$left" -lt "$budget" ] && budget=$left
+    echo; echo "==== sitting: $step, soft limit $budget s ($(( $(date +%s) - t0 )) s into the sitting)"
+    if [ "$budget" -lt 20 ]; then
+      echo "## $step: skipped (sitting time box: $budget s left for it)" > "$RESULTS/$step.md"; continue
+    fi
+    PHASE=$step; STARTED=$(date +%s); SOFT_LIMIT=$budget; PG_GRACE=15
+    case $step in pg) pg ;; st) ST_LIMIT=$(( budget - 5 )); st ;; probe) probe ;; check) check ;; esac
+    echo "==== sitting: $step took $(( $(date +%s) - STARTED )) s"
+    echo "- $step: $(( $(date +%s) - STARTED )) s (soft limit $budget s)" >> "$RESULTS/sitting-steps"
+  done
+  PHASE=sitting
+  summary >/dev/null
+  { echo "## The sitting's steps"; echo; cat "$RESULTS/sitting-steps"; echo "- in all: $(( $(date +%s) - t0 )) s"; } > "$RESULTS/sitting.md"
+  rm -f "$RESULTS/sitting-steps"
 }
 
 case "$PHASE" in
@@ -479,6 +680,9 @@ case "$PHASE" in
   sweep-bge) sweep_model bge-base-shaped "$BGE" ;;
   cpu) cpu ;;
   pg) pg ;;
+  st) st ;;
+  probe) probe ;;
+  sitting) sitting ;;
   all)
     for PHASE in check sweep-minilm sweep-bge cpu pg; do
       STARTED=$(date +%s)
@@ -486,7 +690,7 @@ case "$PHASE" in
         check) check ;; sweep-minilm) sweep_model minilm "$MINILM" ;; sweep-bge) sweep_model bge-base-shaped "$BGE" ;; cpu) cpu ;; pg) pg ;;
       esac
     done ;;
-  *) echo "usage: scripts/gpu/run.sh receive|check|sweep-minilm|sweep-bge|cpu|pg|all" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu/run.sh receive|check|sweep-minilm|sweep-bge|cpu|pg|st|probe|sitting|all" >&2; exit 2 ;;
 esac
 publish
 echo "run.sh: results in $OUT ($(ls "$OUT" | tr '\n' ' '))"
