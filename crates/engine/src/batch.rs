@@ -75,6 +75,31 @@ pub fn plan(
     (order, batches)
 }
 
+/// The bucket a row of `len` tokens is padded to on a GPU (`shape_buckets`): at most 16 tokens
+/// pad to 16; longer rows to the next multiple of an eighth of the power of two at or above them
+/// (at least 8): 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, ... Four buckets per doubling,
+/// so past 32 tokens padding adds at most a quarter of a row's tokens (at most 7 tokens below);
+/// multiples of 8, as fp16 tensor cores want. Capped at `max_length` (the window, itself a bucket), never below `len`.
+pub fn bucket_len(len: usize, max_length: usize) -> usize {
+    let len = len.max(1);
+    let b = if len <= 16 {
+        16
+    } else {
+        let step = (len.next_power_of_two() / 8).max(8);
+        len.div_ceil(step) * step
+    };
+    b.min(max_length).max(len)
+}
+
+/// The rows a batch of `rows` is padded to on a GPU when a full batch of its bucket holds
+/// `full` rows: a multiple of a quarter of `full` (at least 1), at most `full` (and never fewer
+/// than `rows`). So a bucket runs in at most four row counts, the full one for all but the last
+/// batch of a window; the extra rows repeat a real row and their outputs are dropped.
+pub fn bucket_rows(rows: usize, full: usize) -> usize {
+    let q = (full / 4).max(1);
+    (rows.div_ceil(q) * q).min(full).max(rows)
+}
+
 /// Cuts inputs into pipelining windows before they are tokenized: indices ordered by byte length
 /// (longest first, ties in input order), each window holding about `window_tokens` estimated
 /// tokens. The estimate is `bytes / 4 + 2` capped at `max_length` (about 4 bytes per WordPiece
@@ -103,6 +128,44 @@ pub fn windows(byte_lengths: &[usize], max_length: usize, window_tokens: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_are_few_pad_little_and_hold_every_row() {
+        let mut seen = std::collections::BTreeSet::new();
+        for len in 1..=256 {
+            let b = bucket_len(len, 256);
+            assert!(b >= len && b <= 256, "{len} -> {b}");
+            if len > 16 {
+                assert!(b.is_multiple_of(8), "{len} -> {b}: a multiple of 8");
+                assert!(
+                    b - len < 8 || (b - len) * 4 <= len,
+                    "{len} -> {b}: little padding"
+                );
+            }
+            seen.insert(b);
+        }
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            vec![16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+        );
+        // The window caps the bucket, even below a bucket's boundary.
+        assert_eq!(bucket_len(120, 128), 128);
+        assert_eq!(bucket_len(100, 100), 100);
+        assert_eq!(bucket_len(97, 100), 100);
+        // Rows: a quarter of a full batch at a time, never fewer than given, never past full.
+        assert_eq!(bucket_rows(1, 128), 32);
+        assert_eq!(bucket_rows(33, 128), 64);
+        assert_eq!(bucket_rows(128, 128), 128);
+        assert_eq!(bucket_rows(3, 3), 3);
+        assert_eq!(
+            bucket_rows(5, 2),
+            5,
+            "a row past the budget runs alone (as plan cuts it)"
+        );
+        let counts: std::collections::BTreeSet<usize> =
+            (1..=128).map(|r| bucket_rows(r, 128)).collect();
+        assert_eq!(counts.len(), 4);
+    }
 
     #[test]
     fn windows_cover_every_input_once_longest_first() {

@@ -11,6 +11,7 @@
 //!     label,provider,graph,io_binding,rows,tokens,min_cosine,mean_cosine,rows_below_0.999
 //! tributary-bench sweep --ort LIB --model-dir DIR --texts FILE --provider P [--graph fp32|fp16]
 //!     [--batches 1,8,32,128,512,1024] [--rows N] [--budget TOKENS] [--io-binding on|off]
+//!     [--buckets on|off|always]  (on: on a GPU only)
 //!     [--fixed-tokens K] [--threads N] [--warmup CALLS] [--label TEXT] [--csv FILE]
 //!     For each batch size (texts per embed() call, as one SQL call passes them): warm-up calls
 //!     of that size, then calls over at least `--rows` texts (3 calls at least); prints a Markdown
@@ -43,7 +44,7 @@ use std::time::Instant;
 
 use tributary_engine::{
     self as engine, Embedder, EmbedderConfig, Embeddings, Layout, ModelSpec, Pooling,
-    ProviderChoice,
+    ProviderChoice, ShapeBuckets,
 };
 
 /// What the benchmark needs from a model directory's `tributary.json`, as paths.
@@ -151,6 +152,12 @@ fn main() {
     config.pooling = info.pooling;
     config.normalize = info.normalize;
     config.intra_op_threads = num("threads", 0);
+    config.shape_buckets = match opts.get("buckets").map(String::as_str).unwrap_or("on") {
+        "on" => ShapeBuckets::Gpu,
+        "off" => ShapeBuckets::Off,
+        "always" => ShapeBuckets::Always,
+        b => die(&format!("--buckets {b}: on (GPU only), off or always")),
+    };
     config.io_binding = match opts.get("io-binding").map(String::as_str).unwrap_or("on") {
         "on" => true,
         "off" => false,
@@ -475,10 +482,11 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
     let mut e = session(rt, config, "sweep");
     eprintln!("session: {}", describe(&e, &info));
     let desc = format!(
-        "{} {} io_binding={}",
+        "{} {} io_binding={} buckets={}",
         e.provider().as_str(),
         graph_name(&e, &info),
-        e.io_binding()
+        e.io_binding(),
+        format!("{:?}", e.config().shape_buckets).to_lowercase()
     );
     let input = match plan.fixed_tokens {
         Some(k) => format!("{k} tokens"),
@@ -525,6 +533,9 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
             plan.label,
             tokens as f64 / n.max(1) as f64
         );
+        // Distinct [rows, tokens] shapes the session has run (warm-ups included): on a GPU each
+        // new one has a one-time cost.
+        eprintln!("{}: {} input shapes so far", plan.label, e.stats().shapes);
         if let Some(path) = &plan.csv {
             let line = format!(
                 "{},{},{},{},{b},{},{n},{rows_s:.1},{tokens_s:.1},{padding:.2},{ms_call:.3},{median_ms:.3}",

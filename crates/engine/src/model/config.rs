@@ -40,6 +40,21 @@ impl Provider {
     }
 }
 
+/// Whether a batch is padded to one of a few shapes ([`crate::batch::bucket_len`] tokens,
+/// [`crate::batch::bucket_rows`] rows) instead of its own `[rows, longest row]`. Every new input
+/// shape has a one-time cost in the CUDA execution provider (kernel choice and loading; with the
+/// fp16 graph 100-600 ms a shape on an H200, BENCHMARKS.md "GPU: fp32 by default"), and real
+/// texts give a new shape almost every batch; on the CPU a shape costs nothing extra and padding
+/// costs its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShapeBuckets {
+    Off,
+    /// On a GPU execution provider only (the default).
+    Gpu,
+    /// On every provider (to test and measure bucketing on the CPU).
+    Always,
+}
+
 /// What a session needs: files, shapes, provider and threads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EmbedderConfig {
@@ -80,11 +95,13 @@ pub struct EmbedderConfig {
     /// threads of one process take the cores from the others: with 4 backends busy on 2 vCPUs,
     /// turning it off gave 1.65x the rows/s (BENCHMARKS.md, "Many backends").
     pub intra_op_spinning: bool,
+    /// When batches are padded to a few shapes ([`ShapeBuckets`]).
+    pub shape_buckets: ShapeBuckets,
 }
 
 impl EmbedderConfig {
     /// A configuration with the defaults of the settings: auto provider, ORT's thread count,
-    /// device 0, no GPU graph, no memory limit, IoBinding on.
+    /// device 0, no GPU graph, no memory limit, IoBinding on, shape buckets on (GPU only).
     pub fn new(
         model_file: PathBuf,
         tokenizer_file: PathBuf,
@@ -108,6 +125,7 @@ impl EmbedderConfig {
             prepared_cache: None,
             shrink_arena: false,
             intra_op_spinning: true,
+            shape_buckets: ShapeBuckets::Gpu,
         }
     }
 }
@@ -129,4 +147,11 @@ pub struct Stats {
     pub truncated: u64,
     /// Time to create the session (ms), preparing its graph included when it was prepared then.
     pub create_time: Duration,
+    /// Distinct `[rows, tokens]` input shapes run so far (each has a one-time cost on a GPU).
+    pub shapes: u64,
+    /// Time the caller spent reading the rows it embedded with this session and writing their
+    /// vectors back, as it reported them ([`crate::Embedder::add_io_time`]); zero for callers
+    /// that report none.
+    pub read_time: Duration,
+    pub write_time: Duration,
 }

@@ -103,6 +103,7 @@ impl Embedder {
             },
             ids: Vec::new(),
             mask: Vec::new(),
+            shapes: Default::default(),
         })
     }
 

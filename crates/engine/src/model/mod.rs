@@ -28,7 +28,7 @@ pub use run::Step;
 
 pub use super::embeddings::{Embeddings, Values};
 pub use super::runtime::{preload_libraries, runtime, Runtime};
-pub use config::{EmbedderConfig, Provider, ProviderChoice, Stats};
+pub use config::{EmbedderConfig, Provider, ProviderChoice, ShapeBuckets, Stats};
 
 /// An ONNX Runtime session for one embedding model with its tokenizer.
 ///
@@ -57,6 +57,8 @@ pub struct Embedder {
     // Reused across batches by plain (unbound) runs.
     ids: Vec<i32>,
     mask: Vec<i32>,
+    /// The `[rows, tokens]` input shapes run so far (their count is [`Stats::shapes`]).
+    shapes: std::collections::HashSet<(usize, usize)>,
 }
 
 impl Embedder {
@@ -116,6 +118,14 @@ impl Embedder {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Adds the time a caller spent reading the rows it embedded with this session (`read`)
+    /// and writing their vectors (`write`) to [`Stats::read_time`] and [`Stats::write_time`],
+    /// so that `tributary.sessions` shows a call's whole split.
+    pub fn add_io_time(&mut self, read: std::time::Duration, write: std::time::Duration) {
+        self.stats.read_time += read;
+        self.stats.write_time += write;
     }
 
     pub fn config(&self) -> &EmbedderConfig {
@@ -221,6 +231,35 @@ mod real_model_tests {
             bound.io_binding(),
             "still bound after many batches of different shapes"
         );
+    }
+
+    /// Shape buckets (forced on the CPU here; on by default on a GPU only) pad rows and batches
+    /// to few shapes and give the same vectors, in input order, bound or not.
+    #[test]
+    fn shape_buckets_give_the_same_vectors_in_fewer_shapes() {
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut exact = embedder(256);
+        assert_eq!(exact.config().shape_buckets, ShapeBuckets::Gpu);
+        let a = exact.embed(&refs, 2048, &mut |_| {}).unwrap();
+        for io_binding in [true, false] {
+            let mut cfg = config(256);
+            cfg.shape_buckets = ShapeBuckets::Always;
+            cfg.io_binding = io_binding;
+            let mut bucketed = Embedder::new(rt(), cfg).unwrap();
+            let b = bucketed.embed(&refs, 2048, &mut |_| {}).unwrap();
+            let cos = min_cosine(&a, &b);
+            assert!(cos > 0.99999, "bucketed vs exact min cosine {cos}");
+            assert_eq!(a.tokens, b.tokens, "the same real tokens");
+            assert!(b.padded_tokens > a.padded_tokens, "buckets pad more");
+            assert_eq!(bucketed.stats().rows, 120, "extra rows are not counted");
+            assert!(
+                bucketed.stats().shapes < exact.stats().shapes,
+                "{} shapes bucketed, {} exact",
+                bucketed.stats().shapes,
+                exact.stats().shapes
+            );
+        }
     }
 
     #[test]

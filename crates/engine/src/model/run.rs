@@ -8,7 +8,7 @@ use half::f16;
 use ort::session::{RunOptions, Session};
 use ort::value::{Tensor, TensorRef};
 
-use super::Embedder;
+use super::{Embedder, ShapeBuckets};
 use crate::batch;
 use crate::embeddings::{Embeddings, Values};
 use crate::error::{Error, Result};
@@ -108,8 +108,18 @@ impl Embedder {
             mask,
             interface,
             last_run,
+            config,
+            shapes,
             ..
         } = self;
+        // On a GPU, few input shapes (EmbedderConfig::shape_buckets): rows padded up to a
+        // bucket length, batches up to a bucket row count.
+        let bucketed = match config.shape_buckets {
+            ShapeBuckets::Off => false,
+            ShapeBuckets::Gpu => gpu,
+            ShapeBuckets::Always => true,
+        };
+        let max_length = config.max_length;
         let last_run: Option<&RunOptions> = last_run.as_ref();
         let last_window = windows.len().saturating_sub(1);
         let interface: &Interface = interface;
@@ -152,7 +162,17 @@ impl Embedder {
                         .filter(|(t, _)| t.truncated)
                         .map(|(_, &i)| i),
                 );
-                let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
+                let lengths: Vec<usize> = tokens
+                    .iter()
+                    .map(|t| {
+                        let len = t.ids.len();
+                        if bucketed {
+                            batch::bucket_len(len, max_length)
+                        } else {
+                            len
+                        }
+                    })
+                    .collect();
                 // On a GPU a run's fixed cost (kernel launches, copies) dwarfs a padded token's, so
                 // batches are filled to the budget there (not measured yet: no GPU so far).
                 let overhead = if gpu {
@@ -170,13 +190,23 @@ impl Embedder {
                 for (j, b) in batches.iter().enumerate() {
                     between_batches(Step::Run);
                     let options = last_run.filter(|_| k == last_window && j + 1 == batches.len());
-                    let rows: Vec<usize> = order[b.range.clone()].to_vec();
-                    let (n, seq) = (rows.len(), b.seq_len);
+                    let mut rows: Vec<usize> = order[b.range.clone()].to_vec();
+                    let real_rows = rows.len();
+                    let seq = b.seq_len;
+                    if bucketed {
+                        // Extra rows repeat the last real one; their outputs are not scattered.
+                        let full = (max_batch_tokens / seq).clamp(1, MAX_ROWS_PER_RUN);
+                        let last = rows[real_rows - 1];
+                        rows.resize(batch::bucket_rows(real_rows, full), last);
+                    }
+                    let n = rows.len();
+                    shapes.insert((n, seq));
+                    stats.shapes = shapes.len() as u64;
                     let fill = |ids: &mut [i32], mask: &mut [i32]| {
                         fill_batch(&tokens, &rows, seq, pad, ids, mask)
                     };
                     // Input position -> where its vector goes in `out`.
-                    let dest: Vec<usize> = rows.iter().map(|&i| window[i]).collect();
+                    let dest: Vec<usize> = rows[..real_rows].iter().map(|&i| window[i]).collect();
                     let started = Instant::now();
                     let bound = binding.as_mut().map(|bound| {
                         bound
@@ -206,9 +236,9 @@ impl Embedder {
                         }
                     }
                     stats.run_time += started.elapsed();
-                    let real: usize = rows.iter().map(|&i| tokens[i].ids.len()).sum();
+                    let real: usize = rows[..real_rows].iter().map(|&i| tokens[i].ids.len()).sum();
                     stats.runs += 1;
-                    stats.rows += n as u64;
+                    stats.rows += real_rows as u64;
                     stats.tokens += real as u64;
                     stats.padded_tokens += (n * seq) as u64;
                     out.tokens += real;
