@@ -45,7 +45,7 @@ pub(crate) fn tributary_register_model_0_3(
     };
     let before = register(name, path, precision, prompts).or_raise();
     catalog::clear_sessions();
-    catalog::tidy_graph_cache(before.as_deref());
+    crate::pg::graph_cache::tidy_graph_cache(before.as_deref());
 }
 
 /// Registers the model; returns the model file it had before (see `catalog::model_file`), if
@@ -210,7 +210,7 @@ fn tributary_drop_model(name: &str) {
         crate::pg::error::raise(TributaryError::UnknownModel(name.into()));
     };
     catalog::clear_sessions();
-    catalog::tidy_graph_cache(Some(&catalog::model_file(&path, &onnx_file)));
+    crate::pg::graph_cache::tidy_graph_cache(Some(&catalog::model_file(&path, &onnx_file)));
 }
 
 /// `tributary_info([model]) → table`: loads `model` (default `tributary.model`) in this backend
@@ -306,6 +306,9 @@ fn tributary_sessions() -> TableIterator<
         name!(padded_tokens, i64),
         name!(run_ms, f64),
         name!(tokenize_wait_ms, f64),
+        name!(shapes, i64),
+        name!(read_ms, f64),
+        name!(write_ms, f64),
     ),
 > {
     let mut rows = Vec::new();
@@ -332,6 +335,9 @@ fn tributary_sessions() -> TableIterator<
             st.padded_tokens as i64,
             st.run_time.as_secs_f64() * 1e3,
             st.tokenize_wait.as_secs_f64() * 1e3,
+            st.shapes as i64,
+            st.read_time.as_secs_f64() * 1e3,
+            st.write_time.as_secs_f64() * 1e3,
         ));
     });
     TableIterator::new(rows)

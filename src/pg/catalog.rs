@@ -16,7 +16,9 @@ use pgrx::prelude::*;
 use super::error::{Result, TributaryError};
 use super::{activity, gpu, gucs};
 use crate::engine::tokenize::TextTokenizer;
-use crate::engine::{self, Embedder, EmbedderConfig, Manifest, Pooling, ProviderChoice};
+use crate::engine::{
+    self, Embedder, EmbedderConfig, Manifest, Pooling, ProviderChoice, ShapeBuckets,
+};
 
 /// One row of `tributary.models`.
 #[derive(Debug, Clone)]
@@ -64,6 +66,11 @@ impl ModelRow {
             prepared_cache: gucs::graph_cache_path(),
             shrink_arena: gucs::shrink_arena(),
             intra_op_spinning: gucs::intra_op_spinning(),
+            shape_buckets: if gucs::gpu_shape_buckets() {
+                ShapeBuckets::Gpu
+            } else {
+                ShapeBuckets::Off
+            },
             pooling: (self.layout != "tributary")
                 .then(|| Pooling::parse(&self.pooling))
                 .flatten(),
@@ -147,55 +154,6 @@ pub fn model_files(name: Option<&str>) -> Result<Vec<PathBuf>> {
         })
     })
     .map_err(|e| TributaryError::Internal(format!("reading tributary.models failed: {e}")))
-}
-
-/// Tidies the prepared graphs in `tributary.graph_cache_path` after a model was dropped or
-/// re-registered: removes those prepared from `released` (the model file that model no longer
-/// uses) unless another model in this database's `tributary.models` still uses that file, then
-/// those whose model file is gone or changed ([`engine::prepared::sweep`]). Other databases'
-/// catalogs are not read: a model there that uses the released file prepares it again (about
-/// 0.5 s for all-MiniLM-L6-v2) when it next creates a session; so does this one if the
-/// transaction rolls back, since removing files is not transactional. Backends that have the
-/// removed files mapped keep them (see the sweep). Nothing is done while
-/// `tributary.shared_weights` is off. What cannot be removed is a WARNING, never an ERROR.
-pub fn tidy_graph_cache(released: Option<&Path>) {
-    let Some(cache) = gucs::graph_cache_path() else {
-        return;
-    };
-    if let Some(file) = released {
-        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
-        match model_files(None) {
-            Ok(files) if files.iter().any(|f| canonical(f) == canonical(file)) => {}
-            Ok(_) => report(&cache, engine::prepared::remove_prepared(&cache, file)),
-            Err(e) => pgrx::warning!("tributary: prepared graphs of {} kept: {e}", file.display()),
-        }
-    }
-    report(&cache, engine::prepared::sweep(&cache));
-}
-
-/// Logs what a removal in the graph cache `cache` did (LOG: the server log only) and warns of
-/// what it could not do.
-fn report(cache: &Path, done: engine::Result<engine::prepared::Removed>) {
-    match done {
-        Ok(done) => {
-            for (dir, why) in &done.removed {
-                pgrx::log!(
-                    "tributary: removed prepared graph {} ({why})",
-                    dir.display()
-                );
-            }
-            for (dir, e) in &done.failed {
-                pgrx::warning!(
-                    "tributary: could not remove prepared graph {}: {e}",
-                    dir.display()
-                );
-            }
-        }
-        Err(e) => pgrx::warning!(
-            "tributary: could not remove prepared graphs in {}: {e}",
-            cache.display()
-        ),
-    }
 }
 
 /// Looks `name` up in `tributary.models`; `None` means the `tributary.model` setting.
@@ -392,6 +350,42 @@ fn idle_release_loop() {
 /// Records the call in `tributary.stat_activity` afterwards, and with `tributary.shrink_arena`
 /// hands freed heap pages back at most every 5 s.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
+    run_with_embedder(model, false, f)
+}
+
+/// [`with_embedder`] for a caller that calls into PostgreSQL (SPI) while `f` runs and may hand
+/// the session to another thread meanwhile (src/service/pipeline.rs): the session is taken out
+/// of this backend's sessions and the lock released for the duration of `f`, then put back (also
+/// when `f` unwinds). A tributary call made meanwhile by the same backend (a trigger that embeds,
+/// say) finds no session for the key and creates its own.
+pub fn with_embedder_detached<R>(
+    model: &ModelRow,
+    f: impl FnOnce(&mut Embedder) -> R,
+) -> Result<R> {
+    run_with_embedder(model, true, f)
+}
+
+/// Puts a detached session back into this backend's sessions when dropped (most recently used).
+struct PutBack {
+    key: Option<Key>,
+    embedder: Option<Embedder>,
+}
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        if let (Some(key), Some(embedder)) = (self.key.take(), self.embedder.take()) {
+            let mut sessions = SESSIONS.lock();
+            sessions.cache.put(key, Entry { embedder });
+            sessions.last_used = Instant::now();
+        }
+    }
+}
+
+fn run_with_embedder<R>(
+    model: &ModelRow,
+    detached: bool,
+    f: impl FnOnce(&mut Embedder) -> R,
+) -> Result<R> {
     let key: Key = (
         model.name.clone(),
         model.embedder_config(),
@@ -450,16 +444,35 @@ pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) ->
         None
     };
     let before = entry.embedder.stats().clone();
-    let out = f(&mut entry.embedder);
-    let after = entry.embedder.stats();
-    activity::record_call(&activity::Call {
-        model: &model.name,
-        provider: entry.embedder.provider().as_str(),
-        sessions: count,
-        rows: after.rows - before.rows,
-        tokens: after.tokens - before.tokens,
-        run_time: after.run_time.saturating_sub(before.run_time),
-    });
+    let record = |e: &Embedder| {
+        let after = e.stats();
+        activity::record_call(&activity::Call {
+            model: &model.name,
+            provider: e.provider().as_str(),
+            sessions: count,
+            rows: after.rows - before.rows,
+            tokens: after.tokens - before.tokens,
+            run_time: after.run_time.saturating_sub(before.run_time),
+        });
+    };
+    let out = if detached {
+        let embedder = sessions.cache.pop(&key).expect("present").embedder;
+        sessions.last_used = Instant::now();
+        drop(sessions);
+        let mut back = PutBack {
+            key: Some(key),
+            embedder: Some(embedder),
+        };
+        let out = f(back.embedder.as_mut().expect("taken"));
+        record(back.embedder.as_ref().expect("taken"));
+        drop(back);
+        sessions = SESSIONS.lock();
+        out
+    } else {
+        let out = f(&mut entry.embedder);
+        record(&entry.embedder);
+        out
+    };
     sessions.last_used = Instant::now();
     sessions.trimmed = false;
     drop(sessions);

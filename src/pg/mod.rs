@@ -6,6 +6,7 @@ pub mod admission;
 pub mod catalog;
 pub mod error;
 pub mod gpu;
+pub mod graph_cache;
 pub mod gucs;
 pub mod name;
 pub mod record;
