@@ -14,8 +14,10 @@ use crate::pg::regclass;
 use crate::pg::spi::pinned;
 use crate::pg::vector::VectorType;
 use crate::service::embed::{apply_truncation, release_memory};
+use crate::service::pipeline::{self, IoTime, Read};
 use crate::service::rows::RowOptions;
-use crate::service::vectors::RowsToVectors;
+use crate::service::vectors::{RowsToVectors, Vectors};
+use pgrx::datum::DatumWithOid;
 
 /// Embeds every row of `tbl` whose `target` is NULL and returns the number of rows written
 /// (rows the caller may read but not UPDATE under row-level security are left alone and not
@@ -40,7 +42,7 @@ pub(crate) fn embed_column(
     crate::pg::spi::require_writable(c"tributary_embed_column()");
     let model = catalog::model(model)?;
     let plan = Plan::new(tbl, columns, target, &model, row_options.is_some())?;
-    let (prompt_name, _) = model.prompt(prompt)?;
+    let (prompt_name, prefix) = model.prompt(prompt)?;
     bind_column(tbl, target, &model, prompt_name.as_deref())?;
     let row_options = row_options.map(|mut o| {
         o.exclude.push(target.to_owned());
@@ -74,62 +76,14 @@ pub(crate) fn embed_column(
                 .detach_into_name()
         })
     });
-    loop {
-        pgrx::check_for_interrupts!();
-        let (read, written, cut) = pinned(|| {
-            Spi::connect_mut(|client| -> Result<(i64, i64, usize)> {
-                let mut cursor = client.find_cursor(&cursor_name).map_err(spi_error)?;
-                // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
-                let rows = cursor
-                    .fetch((batch_size as i64).min(gucs::max_texts_per_call() as i64))
-                    .map_err(spi_error)?;
-                let mut tids = Vec::with_capacity(rows.len());
-                let mut rels = Vec::with_capacity(rows.len());
-                let mut raw = Vec::with_capacity(rows.len());
-                for row in rows {
-                    tids.push(
-                        row.get::<pg_sys::ItemPointerData>(1)
-                            .map_err(spi_error)?
-                            .expect("ctid is never NULL"),
-                    );
-                    rels.push(
-                        row.get::<pg_sys::Oid>(3)
-                            .map_err(spi_error)?
-                            .expect("tableoid is never NULL"),
-                    );
-                    // Never NULL: the filter asks for some text (a whole row's JSON is never NULL).
-                    raw.push(Some(
-                        row.get::<String>(2).map_err(spi_error)?.unwrap_or_default(),
-                    ));
-                }
-                if tids.is_empty() {
-                    // Dropping the found cursor closes it.
-                    return Ok((0, 0, 0));
-                }
-                std::mem::forget(cursor);
-                let vectors = rows_to_vectors.run(raw)?;
-                let read = tids.len() as i64;
-                // The rows the UPDATE wrote, which can be fewer than those read: row-level security
-                // lets the caller read rows its UPDATE policies hide, and a row changed by another
-                // transaction since the cursor's snapshot has a new ctid. Those rows are not written
-                // and not counted.
-                let written = client
-                    .update(
-                        plan.update_sql.as_str(),
-                        None,
-                        &[rels.into(), tids.into(), vectors.datum],
-                    )
-                    .map_err(spi_error)?
-                    .len() as i64;
-                Ok((read, written, vectors.truncated))
-            })
-        })?;
-        truncated += cut;
-        if read == 0 {
-            break;
-        }
+    // At most tributary.max_texts_per_call rows a batch, whatever batch_size says.
+    let fetch = (batch_size as i64).min(gucs::max_texts_per_call() as i64);
+    let mut read = || read_batch(&cursor_name, fetch, &rows_to_vectors);
+    let mut written_batch = |batch: Read<Keys>, vectors: Vectors| -> Result<()> {
+        let written = write_batch(&plan, batch.keys, vectors.datum)?;
+        truncated += vectors.truncated;
         done += written;
-        embedded += read;
+        embedded += batch.texts.len() as i64;
         progress.update(done);
         if interval > 0 && last_report.elapsed() >= Duration::from_millis(interval) {
             last_report = Instant::now();
@@ -139,10 +93,103 @@ pub(crate) fn embed_column(
                 done as f64 / secs.max(1e-9)
             );
         }
+        Ok(())
+    };
+    let gpu = catalog::with_embedder(&model, |e| e.provider().is_gpu())?;
+    let overlapped = match gucs::pipeline() {
+        gucs::Pipeline::Off => false,
+        gucs::Pipeline::Auto => gpu,
+        gucs::Pipeline::On => true,
+    };
+    if overlapped {
+        catalog::with_embedder_detached(&model, |e| {
+            pipeline::run(e, &prefix, !gpu, &mut read, &mut |batch, emb| {
+                let vectors = rows_to_vectors.datum(&batch.texts, emb.as_ref())?;
+                written_batch(batch, vectors)
+            })
+        })??;
+    } else {
+        let mut io = IoTime::default();
+        loop {
+            pgrx::check_for_interrupts!();
+            let t = Instant::now();
+            let Some(batch) = read()? else { break };
+            io.read += t.elapsed();
+            let vectors = rows_to_vectors.vectors(&batch.texts)?;
+            let t = Instant::now();
+            written_batch(batch, vectors)?;
+            io.write += t.elapsed();
+        }
+        catalog::with_embedder(&model, |e| e.add_io_time(io.read, io.write))?;
     }
     release_memory(embedded as usize);
     apply_truncation(&model, truncated, embedded as usize, String::new)?;
     Ok(done)
+}
+
+/// A batch's rows, by (tableoid, ctid).
+type Keys = (Vec<pg_sys::Oid>, Vec<pg_sys::ItemPointerData>);
+
+/// The next `fetch` rows of the cursor `cursor_name` with their texts (whole rows made into
+/// texts here, reading their context rows as the caller); `None` (the cursor closed) at the end.
+fn read_batch(
+    cursor_name: &str,
+    fetch: i64,
+    rows_to_vectors: &RowsToVectors<'_>,
+) -> Result<Option<Read<Keys>>> {
+    pinned(|| {
+        Spi::connect_mut(|client| -> Result<Option<Read<Keys>>> {
+            let mut cursor = client.find_cursor(cursor_name).map_err(spi_error)?;
+            let rows = cursor.fetch(fetch).map_err(spi_error)?;
+            let mut tids = Vec::with_capacity(rows.len());
+            let mut rels = Vec::with_capacity(rows.len());
+            let mut raw = Vec::with_capacity(rows.len());
+            for row in rows {
+                tids.push(
+                    row.get::<pg_sys::ItemPointerData>(1)
+                        .map_err(spi_error)?
+                        .expect("ctid is never NULL"),
+                );
+                rels.push(
+                    row.get::<pg_sys::Oid>(3)
+                        .map_err(spi_error)?
+                        .expect("tableoid is never NULL"),
+                );
+                // Never NULL: the filter asks for some text (a whole row's JSON is never NULL).
+                raw.push(Some(
+                    row.get::<String>(2).map_err(spi_error)?.unwrap_or_default(),
+                ));
+            }
+            if tids.is_empty() {
+                // Dropping the found cursor closes it.
+                return Ok(None);
+            }
+            std::mem::forget(cursor);
+            Ok(Some(Read {
+                keys: (rels, tids),
+                texts: rows_to_vectors.texts(raw)?,
+            }))
+        })
+    })
+}
+
+/// Writes a batch's vectors by (tableoid, ctid) and returns the rows the UPDATE wrote, which can
+/// be fewer than those read: row-level security lets the caller read rows its UPDATE policies
+/// hide, and a row changed by another transaction since the cursor's snapshot has a new ctid.
+/// Those rows are not written and not counted.
+fn write_batch(plan: &Plan, (rels, tids): Keys, datum: DatumWithOid<'static>) -> Result<i64> {
+    pinned(|| {
+        Spi::connect_mut(|client| {
+            Ok(client
+                .update(
+                    plan.update_sql.as_str(),
+                    None,
+                    &[rels.into(), tids.into(), datum],
+                )
+                .map_err(spi_error)?
+                .len() as i64)
+        })
+    })
 }
 
 /// Records that `model` (with the prompt named `prompt`) fills column `target` of `tbl`, or

@@ -49,7 +49,7 @@ pub(crate) fn embed_with(
         // at the call's priority (tributary.priority).
         let class = admission::class_of(texts, model.max_length);
         let mut runs = CpuRuns::new(!e.provider().is_gpu(), class);
-        e.embed_prompted(texts, &prefix, gucs::max_batch_tokens(), &mut |step| {
+        e.embed_prompted(texts, &prefix, batch_tokens(e), &mut |step| {
             pgrx::check_for_interrupts!();
             if step == Step::Run {
                 runs.before_run();
@@ -57,6 +57,16 @@ pub(crate) fn embed_with(
         })
     })??;
     Ok(emb)
+}
+
+/// The token budget of one ONNX Runtime run of `e`: `tributary.gpu_max_batch_tokens` on a GPU,
+/// else `tributary.max_batch_tokens` (tokens).
+pub(crate) fn batch_tokens(e: &crate::engine::Embedder) -> usize {
+    if e.provider().is_gpu() {
+        gucs::gpu_max_batch_tokens()
+    } else {
+        gucs::max_batch_tokens()
+    }
 }
 
 /// Applies `tributary.truncation` to `truncated` texts of `total` embedded with `model`:

@@ -16,5 +16,6 @@ pub mod embed;
 pub mod learn;
 pub mod match_em;
 pub mod matching;
+pub mod pipeline;
 pub mod rows;
 pub mod vectors;

@@ -3,12 +3,14 @@
 //!
 //! Two steps, since a job reads its rows' texts as the job's owner and embeds them as the worker
 //! (src/worker/batch.rs calls [`RowsToVectors::texts`] inside `as_user` and
-//! [`RowsToVectors::vectors`] after it); `tributary_embed_column` runs both as the caller
-//! ([`RowsToVectors::run`]).
+//! [`RowsToVectors::vectors`] after it); `tributary_embed_column` runs both as the caller, or,
+//! pipelined (src/service/pipeline.rs), embeds on another thread and builds the datum with
+//! [`RowsToVectors::datum`].
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 
+use crate::engine::Embeddings;
 use crate::pg::catalog::ModelRow;
 use crate::pg::error::Result;
 use crate::pg::gucs;
@@ -72,9 +74,16 @@ impl RowsToVectors<'_> {
         } else {
             Some(embed_with(self.model, &present, self.prompt)?)
         };
-        let truncated = emb.as_ref().map_or(0, |e| e.truncated.len());
+        self.datum(texts, emb.as_ref())
+    }
+
+    /// The datum of `texts`' vectors, `emb` holding one row per text that is not NULL, in order
+    /// (`None` when every text is NULL); applies `tributary.truncation = error` (22001).
+    pub fn datum(&self, texts: &[Option<String>], emb: Option<&Embeddings>) -> Result<Vectors> {
+        let present: Vec<&str> = texts.iter().flatten().map(String::as_str).collect();
+        let truncated = emb.map_or(0, |e| e.truncated.len());
         if truncated > 0 && gucs::truncation() == gucs::Truncation::Error {
-            let first = emb.as_ref().expect("some truncated").truncated[0];
+            let first = emb.expect("some truncated").truncated[0];
             apply_truncation(self.model, truncated, present.len(), || {
                 format!(
                     "The text of the batch's row {} ({} characters) is longer than the window.",
@@ -90,7 +99,6 @@ impl RowsToVectors<'_> {
             has.then_some(i)
         };
         // A text that is not NULL takes the next row of `emb` (which exists whenever one does).
-        let emb = emb.as_ref();
         let datum: DatumWithOid<'static> = match self.target {
             VectorType::HalfVec => texts
                 .iter()
@@ -112,11 +120,5 @@ impl RowsToVectors<'_> {
             embedded: present.len(),
             truncated,
         })
-    }
-
-    /// [`Self::texts`], then [`Self::vectors`].
-    pub fn run(&self, raw: Vec<Option<String>>) -> Result<Vectors> {
-        let texts = self.texts(raw)?;
-        self.vectors(&texts)
     }
 }

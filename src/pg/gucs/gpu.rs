@@ -62,6 +62,22 @@ pub(super) fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"tributary.gpu_shape_buckets",
+        c"On a GPU, pad batches to a few shapes (four token lengths per doubling, four row counts per length).",
+        c"Each new input shape has a one-time cost in the CUDA execution provider; real texts give a new one almost every batch. Padding adds at most a quarter of a row's tokens past 32 tokens.",
+        &GPU_SHAPE_BUCKETS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_enum_guc(
+        c"tributary.pipeline",
+        c"tributary_embed_column reads the next rows and writes the last vectors while the model runs: auto (on a GPU), on, or off.",
+        c"on: also on the CPU, where each batch then holds one CPU run slot for all its runs (tributary.max_cpu_runs).",
+        &PIPELINE,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"tributary.max_gpu_sessions",
         c"Most backends that may hold a GPU session at once, cluster-wide; -1 means no cap.",
@@ -96,6 +112,23 @@ pub enum GpuOverflow {
     Error,
 }
 
+/// `tributary.pipeline`: whether `tributary_embed_column` overlaps its reads and writes with the
+/// model's runs (src/service/pipeline.rs).
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Pipeline {
+    /// On a GPU session only: the rows of the next batch are read and the vectors of the last
+    /// one written while the GPU runs this one.
+    #[name = c"auto"]
+    Auto,
+    /// On every session. On the CPU a batch holds one CPU run slot for all its runs, so an
+    /// interactive call waits for a whole batch rather than one run.
+    #[name = c"on"]
+    On,
+    /// Read, embed, write, one after the other.
+    #[name = c"off"]
+    Off,
+}
+
 /// CUDA device ordinal used when the CUDA execution provider runs.
 static GPU_DEVICE: GucSetting<i32> = GucSetting::<i32>::new(0);
 
@@ -116,6 +149,12 @@ static IO_BINDING: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// new input shape costs the fp16 graph 100-600 ms; fixed shapes run fast in both (BENCHMARKS.md,
 /// "GPU: fp32 by default"; benches/results/gpu-h200-2026-11-27b/).
 static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(false);
+
+/// On by default: fewer input shapes on a GPU for at most a quarter more tokens past 32 tokens
+/// (engine::batch::bucket_len).
+static GPU_SHAPE_BUCKETS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+static PIPELINE: GucSetting<Pipeline> = GucSetting::<Pipeline>::new(Pipeline::Auto);
 
 /// Backends that may hold a GPU session at once, cluster-wide; -1 = no cap.
 static MAX_GPU_SESSIONS: GucSetting<i32> = GucSetting::<i32>::new(4);
@@ -157,6 +196,14 @@ pub fn io_binding() -> bool {
 
 pub fn gpu_fp16() -> bool {
     GPU_FP16.get()
+}
+
+pub fn gpu_shape_buckets() -> bool {
+    GPU_SHAPE_BUCKETS.get()
+}
+
+pub fn pipeline() -> Pipeline {
+    PIPELINE.get()
 }
 
 /// `None` = no cap.

@@ -27,6 +27,20 @@ pub(super) fn init() {
             None,
         );
         pg_sys::DefineCustomIntVariable(
+            c"tributary.gpu_max_batch_tokens".as_ptr(),
+            c"Most padded tokens in one ONNX Runtime run of a GPU session.".as_ptr(),
+            c"tributary.max_batch_tokens is the CPU's budget. A GPU's run has a fixed cost that large batches hide: on an H200 16384 gave 6% more rows/s than 2048 through tributary_embed_column. Only a superuser may raise it above its reset value.".as_ptr(),
+            std::ptr::addr_of_mut!(GPU_MAX_BATCH_TOKENS),
+            16384,
+            256,
+            1 << 22,
+            pg_sys::GucContext::PGC_USERSET,
+            0,
+            Some(check_gpu_max_batch_tokens),
+            None,
+            None,
+        );
+        pg_sys::DefineCustomIntVariable(
             c"tributary.intra_op_threads".as_ptr(),
             c"ONNX Runtime intra-op threads per session; 0 means one per physical core.".as_ptr(),
             c"Only a superuser may raise it above its reset value.".as_ptr(),
@@ -198,6 +212,9 @@ static PRIORITY_OPTIONS: EnumOptions = EnumOptions([
 /// batches only add padding and attention memory on a CPU. Raised only by a superuser.
 static mut MAX_BATCH_TOKENS: c_int = 2048;
 
+/// Padded tokens per ONNX Runtime run of a GPU session; raised only by a superuser.
+static mut GPU_MAX_BATCH_TOKENS: c_int = 16384;
+
 /// 0 lets ONNX Runtime use one thread per physical core. Raised only by a superuser.
 static mut INTRA_OP_THREADS: c_int = 0;
 
@@ -238,6 +255,12 @@ pub fn max_batch_tokens() -> usize {
     unsafe { MAX_BATCH_TOKENS as usize }
 }
 
+/// `tributary.gpu_max_batch_tokens` (tokens): the budget of a GPU session's runs.
+pub fn gpu_max_batch_tokens() -> usize {
+    // SAFETY: plain read of a setting of this backend.
+    unsafe { GPU_MAX_BATCH_TOKENS as usize }
+}
+
 /// `tributary.intra_op_threads` (0: one per physical core).
 pub fn intra_op_threads() -> usize {
     // SAFETY: as above.
@@ -268,6 +291,21 @@ unsafe extern "C-unwind" fn check_max_batch_tokens(
     // SAFETY: newval points at the proposed value.
     no_raise(
         c"tributary.max_batch_tokens",
+        unsafe { *newval } as i64,
+        source,
+        |v| v,
+    )
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_gpu_max_batch_tokens(
+    newval: *mut c_int,
+    _extra: *mut *mut c_void,
+    source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: newval points at the proposed value.
+    no_raise(
+        c"tributary.gpu_max_batch_tokens",
         unsafe { *newval } as i64,
         source,
         |v| v,
