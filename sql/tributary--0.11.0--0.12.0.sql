@@ -980,7 +980,8 @@ AS 'MODULE_PATHNAME', '_predict_rows_job_wrapper';
 COMMENT ON FUNCTION tributary._predict_rows_job(text, name, oid, oid, jsonb) IS 'Internal: a predict job''s refresh of the rows a few changed rows reach.';
 
 -- tributary.sessions: the split of a call's time (issue 49): input shapes run (each has a
--- one-time cost on a GPU), ms reading rows and writing vectors (tributary_embed_column).
+-- one-time cost on a GPU), ms reading rows and writing vectors (tributary_embed_column), ms
+-- spent warming shapes (tributary.gpu_warm_shapes).
 DROP VIEW tributary.sessions;
 DROP FUNCTION tributary_sessions();
 CREATE FUNCTION "tributary_sessions"() RETURNS TABLE (
@@ -1000,12 +1001,13 @@ CREATE FUNCTION "tributary_sessions"() RETURNS TABLE (
 	"tokenize_wait_ms" double precision,
 	"shapes" bigint,
 	"read_ms" double precision,
-	"write_ms" double precision
+	"write_ms" double precision,
+	"warm_up_ms" double precision
 )
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'tributary_sessions_wrapper';
 CREATE VIEW tributary.sessions AS SELECT * FROM tributary_sessions();
 GRANT SELECT ON tributary.sessions TO PUBLIC;
-COMMENT ON FUNCTION tributary_sessions() IS 'This backend''s ONNX Runtime sessions: execution provider and why, GPU slot, graph, output type, IoBinding, runs, rows, tokens, padded tokens, ms in ONNX Runtime, ms waiting for tokenization, input shapes run, ms reading rows and writing vectors (tributary_embed_column).';
+COMMENT ON FUNCTION tributary_sessions() IS 'This backend''s ONNX Runtime sessions: execution provider and why, GPU slot, graph, output type, IoBinding, runs, rows, tokens, padded tokens, ms in ONNX Runtime, ms waiting for tokenization, input shapes run, ms reading rows and writing vectors (tributary_embed_column), ms warming shapes.';
 COMMENT ON VIEW tributary.sessions IS 'This backend''s ONNX Runtime sessions (tributary_sessions()).';

@@ -11,7 +11,7 @@
 #
 # When the bench has --buckets (its default is on), every variant but "buckets on" passes
 # --buckets off, so they measure what they measured before bucketing existed.
-# Knobs: PROBE_PROVIDER (cuda), PROBE_ROWS (2048), PROBE_BATCH (1024), PROBE_BUDGET (2048),
+# Knobs: PROBE_PROVIDER (cuda), PROBE_ROWS (2048), PROBE_BATCH (1024), PROBE_BUDGET (16384),
 # PROBE_TIMEOUT (seconds per variant, 90), PROBE_UNTIL (epoch seconds: no variant starts after it,
 # and none runs past it), PROBE_CSV (append the bench's CSV lines there), OUT (probe.log's folder).
 set -uo pipefail
@@ -43,13 +43,19 @@ run() { # label graph budget [bench options ...] [-- VAR=value ...]
   [ "$rc" = 124 ] && echo "(cut after $limit s: the points above are those finished)"
   [ "$rc" != 0 ] && [ "$rc" != 124 ] && echo "(exit status $rc: $(tail -n 1 "$OUTD/probe.log"))"
   echo "($(( ($(date +%s%N) - t) / 1000000 )) ms in all, the session's creation included)"
+  # the bench's line per point: input shapes the session has run, time spent warming them
+  grep -a "^$label: " "$OUTD/probe.log" | tail -n 3 | sed 's/^/  /'
 }
-BUDGET=${PROBE_BUDGET:-2048}
-run "fp16" fp16 "$BUDGET" "${OFF[@]}"
-[ $BUCKETS = 1 ] && run "fp16 buckets on" fp16 "$BUDGET" --buckets on
-run "fp16 no fused/flash attention" fp16 "$BUDGET" "${OFF[@]}" -- ORT_DISABLE_FUSED_ATTENTION=1 ORT_DISABLE_TRT_FLASH_ATTENTION=1
+BUDGET=${PROBE_BUDGET:-16384}
+if grep -a -q -- '--warm' "$B"; then WARM_OFF=(--warm off); else WARM_OFF=(); fi
+# Most telling first (the sitting's probe step has about two minutes): the fp16 graph with shape
+# buckets, every shape warmed first (the bench's default) and not; the fp32 graph the same way;
+# then the fp16 graph as it ran before buckets, and with every CUDA module loaded at start.
+[ $BUCKETS = 1 ] && run "fp16 buckets warmed" fp16 "$BUDGET" --buckets on
+[ $BUCKETS = 1 ] && run "fp16 buckets not warmed" fp16 "$BUDGET" --buckets on "${WARM_OFF[@]}"
+[ $BUCKETS = 1 ] && run "fp32 buckets warmed" fp32 "$BUDGET" --buckets on
 run "fp32" fp32 "$BUDGET" "${OFF[@]}"
+run "fp16" fp16 "$BUDGET" "${OFF[@]}"
 run "fp16 CUDA_MODULE_LOADING=EAGER" fp16 "$BUDGET" "${OFF[@]}" -- CUDA_MODULE_LOADING=EAGER
-run "fp16 budget 16384" fp16 16384 "${OFF[@]}"
 echo "probe.log (stderr of the runs), last lines:"
 tail -n 8 "$OUTD/probe.log"

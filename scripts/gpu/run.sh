@@ -460,6 +460,8 @@ RESET statement_timeout;
 SELECT 'AFTER', $PG_SPLIT_SQL FROM tributary.sessions;
 SELECT 'SESSION', execution_provider, provider_note, io_binding, io_binding_note, runs, rows, tokens, padded_tokens, round(run_ms::numeric, 1), round(tokenize_wait_ms::numeric, 1), model_file FROM tributary.sessions;
 SELECT 'FILLED', count(*) FILTER (WHERE embedding IS NOT NULL), count(*) FROM ${tbl};
+\set ON_ERROR_STOP off
+SELECT 'SHAPES', shapes, round(warm_up_ms::numeric, 1), runs, round(run_ms::numeric, 1) FROM tributary.sessions;
 SQL
 )
   rc=$?
@@ -489,6 +491,8 @@ SQL
   rc=$?
   [ $rc = 1 ] && FAILED=1
   [ $rc = 0 ] && PG_DONE+=("$tbl|$label|$prov|$type")
+  # The session's input shapes and warm-up (columns of 0.12.0; absent before), after the run.
+  echo "$out" | awk -F'|' -v label="$label" '$1 == "SHAPES" { printf "- %s: %s input shapes, %s ms warming them, %s runs, %s ms in ORT (the session, warm-up table included)\n", label, $2, $3, $4, $5 }' >> "$RESULTS/pg-shapes.txt"
   tail -n 1 "$RESULTS/$PHASE.md"
 }
 
@@ -499,9 +503,11 @@ pg_runs() {
   cat <<RUNS
 $PROVIDER fp32|$PROVIDER|vector|$PG_ROWS|gpu_fp16=off|
 $PROVIDER fp16 buckets|$PROVIDER|vector|$PG_ROWS|gpu_fp16=on gpu_shape_buckets=on|$PG_FP16_CAP
-$PROVIDER fp16 no buckets|$PROVIDER|vector|$PG_FP16_ROWS|gpu_fp16=on gpu_shape_buckets=off|$PG_FP16_CAP
+$PROVIDER fp16 buckets halfvec|$PROVIDER|halfvec|$PG_ROWS|gpu_fp16=on gpu_shape_buckets=on|$PG_FP16_CAP
 $PROVIDER fp32 no pipeline|$PROVIDER|vector|$PG_ROWS|gpu_fp16=off pipeline=off|
+$PROVIDER fp32 no buckets|$PROVIDER|vector|$PG_ROWS|gpu_fp16=off gpu_shape_buckets=off|
 cpu baseline|cpu|vector|$PG_CPU_ROWS||
+$PROVIDER fp16 no buckets|$PROVIDER|vector|$PG_FP16_ROWS|gpu_fp16=on gpu_shape_buckets=off|$PG_FP16_CAP
 RUNS
 }
 
@@ -544,9 +550,14 @@ pg() {
   local header="label,provider_asked,provider_used,io_binding,target,rows,seconds,rows_per_s,ort_runs,tokens,padded_tokens,run_ms,tokenize_wait_ms,read_ms,write_ms,settings,status"
   [ "$(head -n1 "$RESULTS/pg.csv" 2>/dev/null)" = "$header" ] || echo "$header" > "$RESULTS/pg.csv"
   PG_DONE=()
+  rm -f "$RESULTS/pg-shapes.txt"
   while IFS='|' read -r -u 3 label prov type rows settings cap; do
     pg_embed "$label" "$prov" "$type" "$rows" "$settings" "$cap"
   done 3<<<"$runs"
+  if [ -s "$RESULTS/pg-shapes.txt" ]; then
+    say ""; say "Input shapes (tributary.sessions.shapes, warm_up_ms) of each run's session:"
+    while IFS= read -r line; do say "$line"; done < "$RESULTS/pg-shapes.txt"
+  fi
   # every run's vectors against the CPU provider's (the same 0.999 as `check`), row by row
   local ref="" r tbl rtype q
   for r in "${PG_DONE[@]}"; do IFS='|' read -r tbl label prov type <<<"$r"; [ "$label" = "cpu baseline" ] && ref=$tbl; done
@@ -649,11 +660,11 @@ summary() {
 # comes first in the same call).
 sitting() {
   local t0=$(date +%s) total=${GPU_SITTING_LIMIT:-520} step budget reserve left
-  local -A BUDGET=([pg]=${GPU_SITTING_PG:-200} [st]=${GPU_SITTING_ST:-90} [probe]=${GPU_SITTING_PROBE:-130} [check]=${GPU_SITTING_CHECK:-120})
-  local -A RESERVE=([pg]=200 [st]=120 [probe]=60 [check]=0)   # what the later steps need at least
+  local -A BUDGET=([pg]=${GPU_SITTING_PG:-200} [st]=${GPU_SITTING_ST:-90} [probe]=${GPU_SITTING_PROBE:-160} [check]=${GPU_SITTING_CHECK:-60})
+  local -A RESERVE=([pg]=220 [st]=130 [probe]=40 [check]=0)   # what the later steps need at least
   # the probe smaller than alone: 1,024 texts in calls of 512, 40 s per variant at most (the fp16
   # graph ran 49-70 rows/s through PostgreSQL when each new shape cost it)
-  export PROBE_ROWS=${PROBE_ROWS:-1024} PROBE_BATCH=${PROBE_BATCH:-512} PROBE_TIMEOUT=${PROBE_TIMEOUT:-40}
+  export PROBE_ROWS=${PROBE_ROWS:-2048} PROBE_BATCH=${PROBE_BATCH:-1024} PROBE_TIMEOUT=${PROBE_TIMEOUT:-55}
   rm -f "$RESULTS"/{pg,st,probe,check,summary}.md "$RESULTS"/{pg,st,check,sweep}.csv "$RESULTS"/*.log .gpu/cpu-rows.tsv
   for step in ${GPU_SITTING_STEPS:-pg st probe check}; do
     left=$(( total - ($(date +%s) - t0) - ${RESERVE[$step]:-0} ))

@@ -309,6 +309,7 @@ fn tributary_sessions() -> TableIterator<
         name!(shapes, i64),
         name!(read_ms, f64),
         name!(write_ms, f64),
+        name!(warm_up_ms, f64),
     ),
 > {
     let mut rows = Vec::new();
@@ -338,6 +339,7 @@ fn tributary_sessions() -> TableIterator<
             st.shapes as i64,
             st.read_time.as_secs_f64() * 1e3,
             st.write_time.as_secs_f64() * 1e3,
+            st.warm_up_time.as_secs_f64() * 1e3,
         ));
     });
     TableIterator::new(rows)

@@ -71,6 +71,7 @@ impl ModelRow {
             } else {
                 ShapeBuckets::Off
             },
+            warm_shapes: gucs::gpu_warm_shapes(),
             pooling: (self.layout != "tributary")
                 .then(|| Pooling::parse(&self.pooling))
                 .flatten(),

@@ -93,11 +93,34 @@ pub fn bucket_len(len: usize, max_length: usize) -> usize {
 
 /// The rows a batch of `rows` is padded to on a GPU when a full batch of its bucket holds
 /// `full` rows: a multiple of a quarter of `full` (at least 1), at most `full` (and never fewer
-/// than `rows`). So a bucket runs in at most four row counts, the full one for all but the last
+/// than `rows`). So a bucket runs in four or five row counts, the full one for all but the last
 /// batch of a window; the extra rows repeat a real row and their outputs are dropped.
 pub fn bucket_rows(rows: usize, full: usize) -> usize {
     let q = (full / 4).max(1);
     (rows.div_ceil(q) * q).min(full).max(rows)
+}
+
+/// Every shape `[rows, tokens]` a bucketed batch can take at a budget of `max_batch_tokens`
+/// padded tokens and at most `max_rows` rows, for windows of `max_length` tokens: each
+/// [`bucket_len`] with each [`bucket_rows`] count of its full batch. For all-MiniLM-L6-v2 (256
+/// tokens) at a budget of 16,384: 15 lengths, 68 shapes (4 or 5 row counts each).
+pub fn bucket_shapes(
+    max_length: usize,
+    max_batch_tokens: usize,
+    max_rows: usize,
+) -> Vec<(usize, usize)> {
+    let mut lens: Vec<usize> = (1..=max_length.max(1))
+        .map(|l| bucket_len(l, max_length))
+        .collect();
+    lens.dedup();
+    let mut shapes = Vec::new();
+    for seq in lens {
+        let full = (max_batch_tokens / seq).clamp(1, max_rows.max(1));
+        let mut rows: Vec<usize> = (1..=full).map(|r| bucket_rows(r, full)).collect();
+        rows.dedup();
+        shapes.extend(rows.into_iter().map(|n| (n, seq)));
+    }
+    shapes
 }
 
 /// Cuts inputs into pipelining windows before they are tokenized: indices ordered by byte length
@@ -165,6 +188,18 @@ mod tests {
         let counts: std::collections::BTreeSet<usize> =
             (1..=128).map(|r| bucket_rows(r, 128)).collect();
         assert_eq!(counts.len(), 4);
+        // Every shape a bucketed batch takes is among bucket_shapes, which has no duplicate.
+        let shapes = bucket_shapes(256, 16384, 4096);
+        assert_eq!(shapes.len(), 68, "15 lengths, 4 or 5 row counts each");
+        let set: std::collections::BTreeSet<_> = shapes.iter().copied().collect();
+        assert_eq!(set.len(), shapes.len());
+        for len in 1..=256 {
+            let seq = bucket_len(len, 256);
+            let full = 16384 / seq;
+            for r in 1..=full {
+                assert!(set.contains(&(bucket_rows(r, full), seq)), "{r} x {len}");
+            }
+        }
     }
 
     #[test]

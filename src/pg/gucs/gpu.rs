@@ -64,9 +64,17 @@ pub(super) fn init() {
     );
     GucRegistry::define_bool_guc(
         c"tributary.gpu_shape_buckets",
-        c"On a GPU, pad batches to a few shapes (four token lengths per doubling, four row counts per length).",
+        c"On a GPU, pad batches to a few shapes (four token lengths per doubling, four or five row counts per length).",
         c"Each new input shape has a one-time cost in the CUDA execution provider; real texts give a new one almost every batch. Padding adds at most a quarter of a row's tokens past 32 tokens.",
         &GPU_SHAPE_BUCKETS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"tributary.gpu_warm_shapes",
+        c"With tributary.gpu_shape_buckets: run every bucket shape once before a GPU session's first run at a token budget.",
+        c"Each shape's one-time cost is then paid once per session and budget (68 shapes for a 256-token model at 16384 tokens), not inside the batches of the calls.",
+        &GPU_WARM_SHAPES,
         GucContext::Userset,
         GucFlags::default(),
     );
@@ -154,6 +162,8 @@ static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// (engine::batch::bucket_len).
 static GPU_SHAPE_BUCKETS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+static GPU_WARM_SHAPES: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 static PIPELINE: GucSetting<Pipeline> = GucSetting::<Pipeline>::new(Pipeline::Auto);
 
 /// Backends that may hold a GPU session at once, cluster-wide; -1 = no cap.
@@ -200,6 +210,10 @@ pub fn gpu_fp16() -> bool {
 
 pub fn gpu_shape_buckets() -> bool {
     GPU_SHAPE_BUCKETS.get()
+}
+
+pub fn gpu_warm_shapes() -> bool {
+    GPU_WARM_SHAPES.get()
 }
 
 pub fn pipeline() -> Pipeline {

@@ -11,7 +11,7 @@
 //!     label,provider,graph,io_binding,rows,tokens,min_cosine,mean_cosine,rows_below_0.999
 //! tributary-bench sweep --ort LIB --model-dir DIR --texts FILE --provider P [--graph fp32|fp16]
 //!     [--batches 1,8,32,128,512,1024] [--rows N] [--budget TOKENS] [--io-binding on|off]
-//!     [--buckets on|off|always]  (on: on a GPU only)
+//!     [--buckets on|off|always]  (on: on a GPU only) [--warm on|off]  (warm every bucket shape first)
 //!     [--fixed-tokens K] [--threads N] [--warmup CALLS] [--label TEXT] [--csv FILE]
 //!     For each batch size (texts per embed() call, as one SQL call passes them): warm-up calls
 //!     of that size, then calls over at least `--rows` texts (3 calls at least); prints a Markdown
@@ -157,6 +157,11 @@ fn main() {
         "off" => ShapeBuckets::Off,
         "always" => ShapeBuckets::Always,
         b => die(&format!("--buckets {b}: on (GPU only), off or always")),
+    };
+    config.warm_shapes = match opts.get("warm").map(String::as_str).unwrap_or("on") {
+        "on" => true,
+        "off" => false,
+        w => die(&format!("--warm {w}: on or off")),
     };
     config.io_binding = match opts.get("io-binding").map(String::as_str).unwrap_or("on") {
         "on" => true,
@@ -535,7 +540,12 @@ fn sweep(rt: &'static engine::Runtime, config: EmbedderConfig, texts: &[String],
         );
         // Distinct [rows, tokens] shapes the session has run (warm-ups included): on a GPU each
         // new one has a one-time cost.
-        eprintln!("{}: {} input shapes so far", plan.label, e.stats().shapes);
+        eprintln!(
+            "{}: {} input shapes so far, {:.0} ms warming shapes",
+            plan.label,
+            e.stats().shapes,
+            e.stats().warm_up_time.as_secs_f64() * 1e3
+        );
         if let Some(path) = &plan.csv {
             let line = format!(
                 "{},{},{},{},{b},{},{n},{rows_s:.1},{tokens_s:.1},{padding:.2},{ms_call:.3},{median_ms:.3}",

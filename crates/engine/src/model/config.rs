@@ -97,6 +97,11 @@ pub struct EmbedderConfig {
     pub intra_op_spinning: bool,
     /// When batches are padded to a few shapes ([`ShapeBuckets`]).
     pub shape_buckets: ShapeBuckets,
+    /// With shape buckets in use: before the first run of a call at a token budget this session
+    /// has not warmed yet, run every shape of that budget once
+    /// ([`crate::batch::bucket_shapes`], dummy tokens), so that each shape's one-time cost is
+    /// paid there, once per session and budget, rather than inside the batches of the calls.
+    pub warm_shapes: bool,
 }
 
 impl EmbedderConfig {
@@ -126,6 +131,7 @@ impl EmbedderConfig {
             shrink_arena: false,
             intra_op_spinning: true,
             shape_buckets: ShapeBuckets::Gpu,
+            warm_shapes: true,
         }
     }
 }
@@ -149,6 +155,8 @@ pub struct Stats {
     pub create_time: Duration,
     /// Distinct `[rows, tokens]` input shapes run so far (each has a one-time cost on a GPU).
     pub shapes: u64,
+    /// Time spent warming shapes (`warm_shapes`), not counted in `run_time`.
+    pub warm_up_time: Duration,
     /// Time the caller spent reading the rows it embedded with this session and writing their
     /// vectors back, as it reported them ([`crate::Embedder::add_io_time`]); zero for callers
     /// that report none.

@@ -104,6 +104,7 @@ impl Embedder {
             ids: Vec::new(),
             mask: Vec::new(),
             shapes: Default::default(),
+            warmed: Default::default(),
         })
     }
 

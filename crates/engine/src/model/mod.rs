@@ -59,6 +59,8 @@ pub struct Embedder {
     mask: Vec<i32>,
     /// The `[rows, tokens]` input shapes run so far (their count is [`Stats::shapes`]).
     shapes: std::collections::HashSet<(usize, usize)>,
+    /// The token budgets whose shapes were warmed (`warm_shapes`).
+    warmed: std::collections::HashSet<usize>,
 }
 
 impl Embedder {
@@ -150,7 +152,7 @@ pub(crate) fn repo_root() -> PathBuf {
 mod real_model_tests {
     use ort::ep::ExecutionProvider;
 
-    use super::run::WINDOW_BATCHES;
+    use super::run::{MAX_ROWS_PER_RUN, WINDOW_BATCHES};
     use super::*;
     use crate::batch;
     use crate::error::Error;
@@ -245,6 +247,7 @@ mod real_model_tests {
         for io_binding in [true, false] {
             let mut cfg = config(256);
             cfg.shape_buckets = ShapeBuckets::Always;
+            cfg.warm_shapes = false;
             cfg.io_binding = io_binding;
             let mut bucketed = Embedder::new(rt(), cfg).unwrap();
             let b = bucketed.embed(&refs, 2048, &mut |_| {}).unwrap();
@@ -260,6 +263,32 @@ mod real_model_tests {
                 exact.stats().shapes
             );
         }
+    }
+
+    /// Warming runs every shape of a budget once, before the first batch at that budget: the
+    /// batches then meet no new shape, and a second call warms nothing.
+    #[test]
+    fn warmed_shapes_cover_every_batch_of_the_budget() {
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut cfg = config(32);
+        cfg.shape_buckets = ShapeBuckets::Always;
+        assert!(cfg.warm_shapes, "on by default");
+        let mut e = Embedder::new(rt(), cfg).unwrap();
+        let a = e.embed(&refs, 256, &mut |_| {}).unwrap();
+        let all = batch::bucket_shapes(32, 256, MAX_ROWS_PER_RUN).len() as u64;
+        assert_eq!(e.stats().shapes, all, "warmed every shape, met no other");
+        let warm = e.stats().warm_up_time;
+        assert!(warm > std::time::Duration::ZERO);
+        e.embed(&refs, 256, &mut |_| {}).unwrap();
+        assert_eq!(e.stats().shapes, all);
+        assert_eq!(e.stats().warm_up_time, warm, "warmed once per budget");
+        e.embed(&refs[..4], 512, &mut |_| {}).unwrap();
+        assert!(e.stats().warm_up_time > warm, "a new budget is warmed");
+        // The dummy runs leave the vectors as they were.
+        let b = embedder(32).embed(&refs, 256, &mut |_| {}).unwrap();
+        let cos = min_cosine(&a, &b);
+        assert!(cos > 0.99999, "warmed + bucketed vs exact min cosine {cos}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use ort::value::{Tensor, TensorRef};
 
 use super::{Embedder, ShapeBuckets};
 use crate::batch;
+use crate::binding::Bound;
 use crate::embeddings::{Embeddings, Values};
 use crate::error::{Error, Result};
 use crate::interface::{pool, InputRole, IntType, Interface, F16};
@@ -88,6 +89,7 @@ impl Embedder {
             return Ok(out);
         }
         let gpu = self.provider.is_gpu();
+        let f16_out = self.f16_output();
         let max_bytes = self.tokenizer.max_bytes();
         let bytes: Vec<usize> = texts
             .iter()
@@ -110,6 +112,7 @@ impl Embedder {
             last_run,
             config,
             shapes,
+            warmed,
             ..
         } = self;
         // On a GPU, few input shapes (EmbedderConfig::shape_buckets): rows padded up to a
@@ -120,6 +123,23 @@ impl Embedder {
             ShapeBuckets::Always => true,
         };
         let max_length = config.max_length;
+        if bucketed && config.warm_shapes && warmed.insert(max_batch_tokens) {
+            let started = Instant::now();
+            let pad = tokenizer.pad_id();
+            for (n, seq) in batch::bucket_shapes(max_length, max_batch_tokens, MAX_ROWS_PER_RUN) {
+                between_batches(Step::Planning);
+                if shapes.insert((n, seq)) {
+                    let w = Warm {
+                        shape: [n, seq, dim],
+                        pad,
+                        f16_out,
+                    };
+                    w.run(session, interface, binding, binding_note)?;
+                }
+            }
+            stats.shapes = shapes.len() as u64;
+            stats.warm_up_time += started.elapsed();
+        }
         let last_run: Option<&RunOptions> = last_run.as_ref();
         let last_window = windows.len().saturating_sub(1);
         let interface: &Interface = interface;
@@ -252,6 +272,57 @@ impl Embedder {
         stats.truncated += truncated.len() as u64;
         out.truncated = truncated;
         Ok(out)
+    }
+}
+
+/// One warm-up run of a shape: `[n, seq]` tokens of `pad` (mask all 1), output dropped.
+struct Warm {
+    shape: [usize; 3],
+    pad: i32,
+    f16_out: bool,
+}
+
+impl Warm {
+    /// Runs through the IoBinding when there is one (falling back to plain runs for good if it
+    /// fails, as [`Embedder::embed`] does), else plainly.
+    fn run(
+        &self,
+        session: &mut Session,
+        interface: &Interface,
+        binding: &mut Option<Bound>,
+        binding_note: &mut String,
+    ) -> Result<()> {
+        let [n, seq, dim] = self.shape;
+        let fill = |ids: &mut [i32], mask: &mut [i32]| {
+            ids.fill(self.pad);
+            mask.fill(1);
+        };
+        let bound = binding.as_mut().map(|bound| {
+            bound
+                .run(session, interface.ids_and_mask(), n, seq, fill, None)
+                .map(|_| ())
+        });
+        match bound {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(e)) => {
+                *binding = None;
+                *binding_note = format!("io binding failed, plain runs since: {e}");
+            }
+            None => {}
+        }
+        let ids = vec![self.pad; n * seq];
+        let mask = vec![1; n * seq];
+        let dest: Vec<usize> = (0..n).collect();
+        let mut scratch = Embeddings::zeroed(dim, n, self.f16_out)?;
+        run_plain(
+            session,
+            interface,
+            self.shape,
+            (&ids, &mask),
+            &dest,
+            &mut scratch,
+            None,
+        )
     }
 }
 
