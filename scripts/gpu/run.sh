@@ -617,7 +617,7 @@ st() {
 # ---- the `probe` phase: scripts/gpu/fp16_probe.sh with its output in report.md ------------------
 probe() {
   ready
-  say "## fp16 probe (scripts/gpu/fp16_probe.sh): three points of batch ${PROBE_BATCH:-1024} over the same ${PROBE_ROWS:-2048} texts per session, budget ${PROBE_BUDGET:-2048}"
+  say "## fp16 probe (scripts/gpu/fp16_probe.sh): three points of batch ${PROBE_BATCH:-1024} over the same ${PROBE_ROWS:-2048} texts per session, budget ${PROBE_BUDGET:-16384}"
   say ""
   say "(is a new input shape's cost paid once? points two and three see point one's shapes again)"
   say '```'
