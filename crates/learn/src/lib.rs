@@ -166,8 +166,9 @@ pub struct TrainOptions {
     /// the latest `validation_fraction` of training rows, then the slice of the same size just
     /// before it, and so on (rolling-origin evaluation); a candidate's score is the mean of its
     /// slices' scores (`slices.rs`). A slice before the latest is used only when the rows before
-    /// it are at least as many as its own; its candidates are fitted on at most half of
-    /// `validation_fit_rows` rows. Default 2.
+    /// it are at least as many as its own and at least 2,000 (`slices::MIN_EARLIER_ROWS`: on a
+    /// small table the earlier slice's fits, on 60% of the rows, misled the choice); its
+    /// candidates are fitted on at most half of `validation_fit_rows` rows. Default 2.
     pub validation_slices: usize,
 }
 

@@ -116,6 +116,7 @@ pub fn train(
         opts.validation_fraction,
         opts.validation_slices,
         opts.validation_fit_rows,
+        MIN_EARLIER_ROWS,
     );
     let all_train: Vec<usize> = (0..ntr).collect();
     // The latest slice's rows and the rows before it (every training row without a slice).
