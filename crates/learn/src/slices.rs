@@ -46,8 +46,9 @@ pub(crate) struct Slice {
 /// [`train`]). The latest slice's candidates are fitted on at most
 /// `fit_cap` rows (0 = no cap), the others' on at most half as many: at 1M rows the six
 /// candidate fits of the latest slice took 353 s on 250,000 rows each (BENCHMARKS.md, "The
-/// k-NN votes at scale"), a second slice's at 125,000 rows add about half that (estimated from
-/// the GBDT's cost, linear in the rows; not measured at 1M).
+/// k-NN votes at scale"); a second slice's fits on 125,000 rows (scoring as many slice rows
+/// each round), its k-NN search and its text fit are estimated at +180 to +250 s (not measured
+/// at 1M).
 pub(crate) fn forward_slices(
     order: &[usize],
     t_of: impl Fn(usize) -> f64,

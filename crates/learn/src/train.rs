@@ -131,7 +131,9 @@ pub fn train(
 
     // Memory: the big allocations, estimated before any is made.
     // (the features: x, and at once at most one more of its size, the fresh history's matrix
-    // or the copy without the k-NN votes, and the validation rows' stale features)
+    // or the copy without the k-NN votes, and the validation slices' stale features: disjoint
+    // rows, so at most one more; an earlier slice's k-NN search runs after the search below,
+    // with fewer queries and candidates)
     let mut needed =
         nq * nf * 4 * 3 + n * 72 + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
