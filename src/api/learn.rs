@@ -56,17 +56,21 @@ fn no_nulls(v: Option<Vec<Option<String>>>, what: &'static str) -> Result<Option
 /// rows related to it through each history path (sql/learn.sql, `tributary._learn_spec`: a
 /// parent, a parent's parent and its parent, a link table of the row or of a parent); its typed
 /// columns and its parents' numbers. The head (`algorithm`): gradient-boosted trees ('gbdt'),
-/// multinomial logistic regression ('logistic'), or 'auto': the better of both on the latest 20%
-/// of the training rows by `as_of` (their features computed without any of their labels, as a
-/// test period's are), refitted on all of them (crates/learn). Each head is also
-/// scored without the k-NN votes, and they are left out when that scores at least as well on the
-/// same slice (an embedding whose neighbours do not share the label).
+/// multinomial logistic regression ('logistic'), or 'auto': the better of both by the mean of
+/// their scores on two forward slices, the latest 20% of the training rows by `as_of` and the
+/// 20% before it (each fitted on the rows before the slice, the slice's features computed without
+/// any of its labels, as a test period's are), refitted on all of them (crates/learn). Each head
+/// is also scored without the k-NN votes, and they are left out when that scores at least as
+/// well on the same slices (an embedding whose neighbours do not share the label).
 ///
 /// `split_at` (a value of the `as_of` column's type, as text): rows with `as_of < split_at`
 /// train, the others are scored as a test and their labels enter no feature. The result: the
 /// predictor, k-NN alone (the vote of the k nearest) and the majority class (numbers: the mean)
-/// on the test rows, or without `split_at` on the validation slice; accuracy and macro-F1
-/// (numbers: MAE), the rows scored, and the seconds of the whole call on the predictor's row.
+/// on the test rows, or without `split_at` on the latest validation slice; accuracy and
+/// macro-F1 (numbers: MAE), the rows scored, and the seconds of the whole call on the predictor's
+/// row. With `split_at`, each candidate head's rows follow: split 'validation' (the latest slice),
+/// 'validation 2' (the slice before it) and 'validation mean' (their mean, what 'auto' compared;
+/// the last two only when both slices were used).
 ///
 /// Runs as the caller (row-level security and column privileges choose the rows and columns it
 /// learns from); `tributary.learn_threads` threads; `tributary.learn_memory` bounds the rows and

@@ -4,13 +4,14 @@
 //!
 //!     .venv/bin/python benches/learn.py chinook --export /tmp/chinook.json
 //!     cargo run -p tributary-learn --release --example dataset -- /tmp/chinook.json [auto|gbdt|logistic]
-//!         [--repeat N] [--embed DIM]
+//!         [--repeat N] [--embed DIM] [--slices N]
 //!
 //! `--repeat N` makes N copies of every row (same time, label, text, numbers, categories and
 //! path groups, so an entity's history grows with the copies, as `benches/predict_speed.py`
 //! scales films), for the training time and memory at scale. `--embed DIM` gives each row an
 //! embedding: the normalised sum of a fixed pseudo-random DIM-vector per word of its text (rows
 //! sharing words are near; copies are identical), for the k-NN search's time and recall.
+//! `--slices N` sets `TrainOptions::validation_slices` (the forward slices `auto` compares on).
 //!
 //! JSON: `as_of` [n] f64, `label` [n] string|null, `role` [n] "train"|"test", `text` [n] string,
 //! `paths` {name: [[row, group], ...]}, `numbers` {name: [n] f64|null},
@@ -59,6 +60,7 @@ fn main() {
     };
     let repeat = flag("--repeat").unwrap_or(1).max(1);
     let embed_dim = flag("--embed").unwrap_or(0);
+    let slices = flag("--slices");
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&args[1]).expect("read the JSON")).expect("JSON");
     let f64s = |x: &serde_json::Value| -> Vec<Option<f64>> {
@@ -123,11 +125,14 @@ fn main() {
         Some("logistic") => Algorithm::Logistic,
         _ => Algorithm::Auto,
     };
-    let opts = TrainOptions {
+    let mut opts = TrainOptions {
         algorithm,
         threads: 2,
         ..Default::default()
     };
+    if let Some(s) = slices {
+        opts.validation_slices = s;
+    }
     let t0 = Instant::now();
     let ctl = Ctl(Mutex::new(None));
     let t = train(&ds, &roles, &opts, &ctl).expect("train");

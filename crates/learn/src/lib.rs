@@ -33,12 +33,13 @@
 //!
 //! The head is [`Algorithm::Gbdt`] (gradient-boosted trees, `gbdt.rs`) or [`Algorithm::Logistic`]
 //! (multinomial logistic / ridge regression on standardised features and one-hot categories);
-//! [`Algorithm::Auto`] fits both on the earlier training rows, scores them on the latest
-//! `validation_fraction` of training rows by as_of, and refits the better one on all of them.
-//! With as_of, the validation rows' features are computed as a test period's are: no validation
-//! row's label enters them (history, k-NN votes, and text probabilities from a text model of the
-//! earlier rows alone), so the scores (and the report's validation rows) expect history as old as
-//! a held-out period will have.
+//! [`Algorithm::Auto`] fits both on the earlier training rows, scores them on forward validation
+//! slices (the latest `validation_fraction` of training rows by as_of, and the slice of the same
+//! size before it: [`TrainOptions::validation_slices`], `slices.rs`), and refits the one with the
+//! better mean score on all of them. With as_of, a slice's features are computed as a test
+//! period's are: no label of the slice (or after it) enters them (history, k-NN votes, and text
+//! probabilities from a text model of the rows before the slice alone), so the scores (and the
+//! report's validation rows) expect history as old as a held-out period will have.
 //!
 //! # The training rows' history (issue 47)
 //! A predicted row's history stops at the last label known when it is predicted; a training
@@ -48,10 +49,11 @@
 //! earlier than its block's first row (block 0: none), as a held-out period sees the labels
 //! before it; the age feature tells the head how stale that is. The other scheme ("fresh":
 //! every strictly earlier label, as a row predicted when it arrives sees) is a candidate too:
-//! the first candidate head (the GBDT with the k-NN votes, or what the algorithm allows) is
-//! fitted with both on the earlier rows and scored on the stale validation slice; the better
-//! scheme's features (ties: blocked) then serve the other candidates, and the best (k-NN votes
-//! or not, head) is refitted on all training rows ([`Model::history`] says which scheme). The k-NN votes and the text probabilities are the same in
+//! the candidate heads with the k-NN votes (both, or what the algorithm allows) are fitted with
+//! both on the rows before each validation slice and scored on the stale slices; the scheme of
+//! the best mean score (ties: blocked) then serves the candidates without the k-NN votes, and
+//! the best (k-NN votes or not, head) is refitted on all training rows ([`Model::history`] says
+//! which scheme). The k-NN votes and the text probabilities are the same in
 //! both schemes (the text model's are forward-chained over the same 6 blocks already). Predicted
 //! rows (and test rows) count every known label strictly earlier than themselves.
 
@@ -61,6 +63,7 @@ mod knn;
 mod knn_ivf;
 mod linear;
 mod par;
+mod slices;
 mod text;
 mod text_fit;
 mod topk;
@@ -81,6 +84,7 @@ use std::fmt;
 use features::*;
 use head::*;
 pub use predict::predict;
+use slices::*;
 use text_fit::{text_features, TextRows};
 pub use train::train;
 pub use validate::{set_interrupt_check, INVALID_MODEL, MAX_K, MAX_THREADS};
@@ -158,6 +162,14 @@ pub struct TrainOptions {
     /// sampled; above, each candidate is fitted on 250,000 rows (at 1M rows they still took 95-117
     /// s each on 2 cores, BENCHMARKS.md "The k-NN votes at scale").
     pub validation_fit_rows: usize,
+    /// Forward validation slices that [`Algorithm::Auto`] compares the candidates on (0 = 1):
+    /// the latest `validation_fraction` of training rows, then the slice of the same size just
+    /// before it, and so on (rolling-origin evaluation); a candidate's score is the mean of its
+    /// slices' scores (`slices.rs`). A slice before the latest is used only when the rows before
+    /// it are at least as many as its own and at least 2,000 (`slices::MIN_EARLIER_ROWS`: on a
+    /// small table the earlier slice's fits, on 60% of the rows, misled the choice); its
+    /// candidates are fitted on at most half of `validation_fit_rows` rows. Default 2.
+    pub validation_slices: usize,
 }
 
 impl Default for TrainOptions {
@@ -169,6 +181,7 @@ impl Default for TrainOptions {
             max_memory_bytes: 0,
             validation_fraction: 0.2,
             validation_fit_rows: 250_000,
+            validation_slices: 2,
         }
     }
 }
@@ -187,7 +200,11 @@ pub struct MetricRow {
     pub method: String,
     /// "gbdt", "logistic", "knn", "majority", "mean".
     pub algorithm: String,
-    /// "test" (Test rows) or "validation" (latest training rows, when there are no Test rows).
+    /// "test" (Test rows) or "validation" (the latest validation slice: the predictor, k-NN and
+    /// baseline rows when there are no Test rows, else each candidate head's). With Test rows and
+    /// more than one slice compared, also each candidate's "validation 2" (the slice before the
+    /// latest), "validation 3", ..., and "validation mean" (the mean of its slices' scores, rows
+    /// summed: what `auto` compared).
     pub split: String,
     pub rows: u64,
     pub accuracy: Option<f64>,

@@ -1075,3 +1075,185 @@ fn candidate_fits_on_a_sample_past_validation_fit_rows() {
     };
     assert!(acc("predictor") > acc("baseline") + 0.2, "{sampled:?}");
 }
+
+/// The forward slices: the latest `validation_fraction` of rows, then the same count just
+/// before it; a slice's start moves past rows of its first row's time; an earlier slice only
+/// with at least as many rows before it as its own; the earlier slices' fits capped at half.
+#[test]
+fn forward_slices_are_consecutive_and_keep_ties_together() {
+    // 100 rows by time; rows 58-61 share a time.
+    let t: Vec<f64> = (0..100)
+        .map(|i| {
+            if (58..62).contains(&i) {
+                58.0
+            } else {
+                i as f64
+            }
+        })
+        .collect();
+    let order: Vec<usize> = (0..100).collect();
+    let s = forward_slices(&order, |p| t[p], 0.2, 3, 50, 0);
+    assert_eq!(s.len(), 3);
+    assert_eq!(s[0].valid, (80..100).collect::<Vec<_>>());
+    assert_eq!(s[0].cut, 80);
+    // 50 of the 80 rows before it, evenly spaced in time.
+    let want: Vec<usize> = (0..50).map(|i| i * 80 / 50).collect();
+    assert_eq!(s[0].fit_rows, want);
+    // Slice 2 would begin at 60, inside the tie 58-61: it begins at 62.
+    assert_eq!(s[1].valid, (62..80).collect::<Vec<_>>());
+    assert_eq!(s[1].early, (0..62).collect::<Vec<_>>());
+    assert_eq!(s[1].fit_rows.len(), 25);
+    assert!(s[1].fit_rows.iter().all(|&p| p < 62));
+    assert_eq!(s[2].valid, (42..62).collect::<Vec<_>>());
+    // One slice asked for: the latest alone.
+    assert_eq!(forward_slices(&order, |p| t[p], 0.2, 1, 0, 0).len(), 1);
+    // Fewer than `min_earlier` rows before slice 2 (62 rows): the latest slice alone.
+    assert_eq!(forward_slices(&order, |p| t[p], 0.2, 3, 0, 63).len(), 1);
+    assert_eq!(forward_slices(&order, |p| t[p], 0.2, 3, 0, 62).len(), 2);
+    // 0.4 of the rows a slice: the second has 20 rows before it and its 40 rows: left out.
+    let s = forward_slices(&order, |p| p as f64, 0.4, 2, 0, 0);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].fit_rows, (0..60).collect::<Vec<_>>());
+}
+
+/// A period whose own history is a fluke: `x` decides the label everywhere (class a inside the
+/// band 0.3..0.7, b outside) but in the latest validation slice (rows 3,200-3,999), where the
+/// band's rows are a only 45% of the time. The GBDT learns the band (test accuracy ~1.0), the logistic head cannot
+/// (a linear function of x: b everywhere, 0.6). On the latest slice alone the logistic head
+/// scores better (0.82 against ~0.78: the GBDT's rounds, chosen by log loss on the slice, put the
+/// band's rows past p(a) = 0.5); the mean with the slice before it (GBDT ~1.0, logistic 0.6)
+/// picks the GBDT. One slice picks the logistic head and loses the test period.
+#[test]
+fn auto_compares_the_heads_on_the_mean_of_two_forward_slices() {
+    let (ntr, n) = (4000, 4800);
+    let mut in_band = 0usize;
+    let mut x = Vec::new();
+    let mut label = Vec::new();
+    for i in 0..n {
+        let v = (i as f64 * 0.618_033_988_749_895).fract();
+        let band = (0.3..0.7).contains(&v);
+        let a = if band && (3200..ntr).contains(&i) {
+            in_band += 1;
+            (in_band * 9) % 20 < 9
+        } else {
+            band
+        };
+        x.push(Some(v));
+        label.push(Some(if a { "a" } else { "b" }.to_string()));
+    }
+    let ds = Dataset {
+        as_of: Some((0..n).map(|i| i as f64).collect()),
+        label: Labels::Category(label),
+        text: None,
+        embedding: None,
+        paths: vec![],
+        numbers: vec![("x".into(), x)],
+        categories: vec![],
+    };
+    let roles: Vec<Role> = (0..n)
+        .map(|i| if i < ntr { Role::Train } else { Role::Test })
+        .collect();
+    let run = |slices: usize| {
+        let o = TrainOptions {
+            validation_slices: slices,
+            ..opts(Algorithm::Auto)
+        };
+        train(&ds, &roles, &o, &NoCtl).unwrap()
+    };
+    let row = |t: &Trained, algo: &str, split: &str| -> MetricRow {
+        t.report
+            .iter()
+            .find(|m| m.method == "predictor" && m.algorithm == algo && m.split == split)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {algo} {split} row: {:?}", t.report))
+    };
+    let test_acc = |t: &Trained| {
+        t.report
+            .iter()
+            .find(|m| m.method == "predictor" && m.split == "test")
+            .and_then(|m| m.accuracy)
+            .unwrap()
+    };
+    let one = run(1);
+    assert_eq!(one.model.algorithm(), "logistic", "{:?}", one.report);
+    assert!(one
+        .report
+        .iter()
+        .all(|m| !m.split.starts_with("validation ")));
+    let two = run(2);
+    assert_eq!(two.model.algorithm(), "gbdt", "{:?}", two.report);
+    // The latest slice's rows are the same with one slice or two.
+    for algo in ["gbdt", "logistic"] {
+        assert_eq!(row(&one, algo, "validation"), row(&two, algo, "validation"));
+        let (v1, v2, mean) = (
+            row(&two, algo, "validation"),
+            row(&two, algo, "validation 2"),
+            row(&two, algo, "validation mean"),
+        );
+        assert_eq!((v1.rows, v2.rows, mean.rows), (800, 800, 1600));
+        let m = (v1.accuracy.unwrap() + v2.accuracy.unwrap()) / 2.0;
+        assert!(
+            (mean.accuracy.unwrap() - m).abs() < 1e-12,
+            "{:?}",
+            two.report
+        );
+    }
+    // The latest slice favours the logistic head, the mean the GBDT, and so does the test.
+    let acc = |algo: &str, split: &str| row(&two, algo, split).accuracy.unwrap();
+    assert!(acc("logistic", "validation") > acc("gbdt", "validation"));
+    assert!(acc("gbdt", "validation mean") > acc("logistic", "validation mean"));
+    assert!(
+        test_acc(&two) > test_acc(&one) + 0.2,
+        "{:?} {:?}",
+        two.report,
+        one.report
+    );
+    // Same input, same report.
+    assert_eq!(run(2).report, two.report);
+}
+
+/// An earlier slice is scored as a test period would be too: the validation_rows_see_no_\
+/// validation_label blocks (each block of 10 rows one label and one group), with test rows
+/// after them so that the report shows every slice; slice 2 (rows 2,400-3,199, whole blocks) gets
+/// no help from its own blocks' labels through the history. (With its own labels in its
+/// features it scored 0.93.)
+#[test]
+fn an_earlier_slice_sees_no_label_of_its_own() {
+    let n = 4400;
+    let mut s = 0x0BAD_F00Du64;
+    let block_class: Vec<usize> = (0..n / 10)
+        .map(|_| (rng(&mut s) * 3.0) as usize % 3)
+        .collect();
+    let classes = ["a", "b", "c"];
+    let ds = Dataset {
+        as_of: Some((0..n).map(|i| i as f64).collect()),
+        label: Labels::Category(
+            (0..n)
+                .map(|i| Some(classes[block_class[i / 10]].to_string()))
+                .collect(),
+        ),
+        text: None,
+        embedding: None,
+        paths: vec![GroupPath {
+            name: "block".into(),
+            pairs: (0..n).map(|i| (i as u32, (i / 10) as u64)).collect(),
+        }],
+        numbers: vec![],
+        categories: vec![],
+    };
+    let roles: Vec<Role> = (0..n)
+        .map(|i| if i < 4000 { Role::Train } else { Role::Test })
+        .collect();
+    let t = train(&ds, &roles, &opts(Algorithm::Logistic), &NoCtl).unwrap();
+    let v = |split: &str| {
+        t.report
+            .iter()
+            .find(|m| m.method == "predictor" && m.split == split)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {split} row: {:?}", t.report))
+    };
+    for split in ["validation", "validation 2"] {
+        assert_eq!(v(split).rows, 800, "{:?}", t.report);
+        assert!(v(split).accuracy.unwrap() < 0.6, "{:?}", t.report);
+    }
+}

@@ -2,7 +2,8 @@
 //! for numbers), its setting chosen on the validation slice from `head::TEXT_GRID`, then
 //! forward-chained out-of-fold probabilities for the training rows (each row scored by a model of
 //! earlier rows only: the stacking of Wolpert 1992 in time order), the full model's for the test
-//! rows, and with stale validation the early rows' model's for the validation rows.
+//! rows, and with stale validation the early rows' model's for the validation rows (and for each
+//! earlier validation slice, a model of the rows before it with the chosen setting).
 
 use super::*;
 
@@ -12,21 +13,25 @@ const TEXT_FOLDS: u64 = 6;
 
 /// Rows of a training, as positions: `train` (dataset rows of the training rows), `queries`
 /// (dataset rows: the training rows, then the test rows), `early` and `valid` (positions in
-/// `train` of the rows before the validation slice and of the slice).
+/// `train` of the rows before the validation slice and of the slice), and `earlier`: each
+/// earlier validation slice's (rows before it, its rows), as positions.
 pub(crate) struct TextRows<'a> {
     pub train: &'a [usize],
     pub queries: &'a [u32],
     pub early: &'a [usize],
     pub valid: &'a [usize],
+    pub earlier: Vec<(&'a [usize], &'a [usize])>,
 }
 
-/// The text model, the queries' text features, the validation rows' (see [`text_features`]).
-pub(crate) type TextFeatures = (Option<TextModel>, Vec<f32>, Vec<f32>);
+/// The text model, the queries' text features, each validation slice's rows' (latest first;
+/// see [`text_features`]).
+pub(crate) type TextFeatures = (Option<TextModel>, Vec<f32>, Vec<Vec<f32>>);
 
 /// The text model (`None` when stopped early or no fit was possible) and its features:
 /// `[queries, tw]` f32 (out-of-fold for training rows, NaN for a row no fold scored) and,
-/// with `stale`, `[valid, tw]` f32 of the early rows' model. `target` is (a category label,
-/// classes). Errors: Cancelled (from `ctl`).
+/// with `stale`, `[valid, tw]` f32 of the early rows' model, then for each earlier slice
+/// `[its rows, tw]` f32 of a model of the rows before it (the setting chosen on the latest
+/// slice). `target` is (a category label, classes). Errors: Cancelled (from `ctl`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn text_features(
     texts: &[String],
@@ -44,14 +49,18 @@ pub(crate) fn text_features(
         queries,
         early,
         valid,
+        earlier,
     } = rows;
+    // The earlier slices' models only with stale validation.
+    let earlier = if stale { earlier } else { Vec::new() };
     let (is_class, nc) = target;
     let nq = queries.len();
     // Progress in epochs (Linear::fit ticks one an epoch, fit_on one a fit): the grid's
     // fits, then at most TEXT_FOLDS fits of the chosen setting, counted as the longest.
     let per_fit = |f: &Fit| f.epochs as u64 + 1;
     let grid_ticks: u64 = TEXT_GRID.iter().map(per_fit).sum();
-    let fold_ticks = TEXT_FOLDS * TEXT_GRID.iter().map(per_fit).max().unwrap_or(1);
+    let fold_ticks =
+        (TEXT_FOLDS + earlier.len() as u64) * TEXT_GRID.iter().map(per_fit).max().unwrap_or(1);
     polled(ctl, "text", grid_ticks + fold_ticks, |sh| {
         let tfidf = text::Tfidf::fit(texts, train_rows);
         let mut csr = Csr::new(tfidf.terms.len());
@@ -167,6 +176,11 @@ pub(crate) fn text_features(
         let all: Vec<usize> = (0..ntr).collect();
         folds.push((Vec::new(), all));
         debug_assert!(folds.len() as u64 <= TEXT_FOLDS);
+        let nfold = folds.len();
+        // Then each earlier slice's model: its rows scored, the rows before it fitted.
+        for &(e, v) in &earlier {
+            folds.push((v.to_vec(), e.to_vec()));
+        }
         sh.tick(fold_ticks.saturating_sub(folds.len() as u64 * per_fit(&set)));
         let rows = |fi: usize| folds[fi].1.len() as u64;
         let fits = par::par_map_longest_first(threads, folds.len(), &sh.stop, rows, |fi| {
@@ -180,11 +194,19 @@ pub(crate) fn text_features(
             return Ok((None, Vec::new(), Vec::new()));
         }
         let mut out = vec![f32::NAN; nq * tw];
-        let nfold = folds.len();
+        let mut outs = vec![out_v];
+        outs.extend(earlier.iter().map(|(_, v)| vec![f32::NAN; v.len() * tw]));
         let mut full = None;
         for (fi, m) in fits.into_iter().enumerate() {
             let Some(Some(m)) = m else { continue };
-            if fi + 1 == nfold {
+            if fi >= nfold {
+                let o = &mut outs[fi - nfold + 1];
+                for (vi, &p) in folds[fi].0.iter().enumerate() {
+                    let (i, v) = csr.row(p);
+                    m.predict(i, v, &mut buf);
+                    o[vi * tw..(vi + 1) * tw].copy_from_slice(&buf);
+                }
+            } else if fi + 1 == nfold {
                 for qi in ntr..nq {
                     let (i, v) = csr.row(qi);
                     m.predict(i, v, &mut buf);
@@ -199,6 +221,6 @@ pub(crate) fn text_features(
                 }
             }
         }
-        Ok((full.map(|lin| TextModel { tfidf, lin }), out, out_v))
+        Ok((full.map(|lin| TextModel { tfidf, lin }), out, outs))
     })
 }

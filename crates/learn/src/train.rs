@@ -8,10 +8,6 @@ const HISTORY_BLOCKS: usize = 6;
 /// Paths (of at most one group a row) whose pairs are crossed: at most 10 crossed paths.
 const MAX_CROSSED_FROM: usize = 5;
 
-/// A candidate scored on the validation rows: (head, with the k-NN votes, the validation rows'
-/// scores, the GBDT's rounds, the history scheme's index).
-type Candidate = (String, bool, Vec<f32>, usize, usize);
-
 /// Trains a predictor of `ds.label` from the rows marked [`Role::Train`] (`roles` has length n)
 /// and scores it on the [`Role::Test`] rows. Errors: Invalid (no training rows, fewer than 2
 /// classes, shapes), Memory, Cancelled (from `ctl`).
@@ -105,7 +101,8 @@ pub fn train(
     let nq = queries.len();
     let ntr = train_rows.len();
     let test_pos: Vec<usize> = (ntr..nq).collect();
-    // Validation slice: the latest training rows by as_of (else by row order); ties stay together.
+    // Validation slices (slices.rs): the latest training rows by as_of (else by row order),
+    // then the rows just before them; ties stay together.
     let mut order: Vec<usize> = (0..ntr).collect();
     let t_of = |p: usize| {
         ds.as_of
@@ -113,27 +110,19 @@ pub fn train(
             .map_or(p as f64, |a| a[queries[p] as usize])
     };
     order.sort_by(|&a, &b| t_of(a).total_cmp(&t_of(b)).then(a.cmp(&b)));
-    let nv = (ntr as f64 * opts.validation_fraction.clamp(0.0, 0.9)).floor() as usize;
-    let mut cut = ntr - nv;
-    while cut < ntr && cut > 0 && t_of(order[cut - 1]) == t_of(order[cut]) {
-        cut += 1;
-    }
-    let (mut early, valid) = if nv > 0 && cut < ntr && cut >= 2 {
-        (order[..cut].to_vec(), order[cut..].to_vec())
-    } else {
-        (order.clone(), Vec::new())
-    };
-    early.sort_unstable();
-    // The candidates' fits at scale: past `validation_fit_rows` early rows, that many of them
-    // evenly spaced in time (the final fit takes every training row).
-    let fit_rows: Vec<usize> = match opts.validation_fit_rows {
-        m if m > 0 && !valid.is_empty() && early.len() > m => {
-            let by_time = &order[..cut];
-            let mut s: Vec<usize> = (0..m).map(|i| by_time[i * by_time.len() / m]).collect();
-            s.sort_unstable();
-            s
-        }
-        _ => early.clone(),
+    let slices = forward_slices(
+        &order,
+        t_of,
+        opts.validation_fraction,
+        opts.validation_slices,
+        opts.validation_fit_rows,
+        MIN_EARLIER_ROWS,
+    );
+    let all_train: Vec<usize> = (0..ntr).collect();
+    // The latest slice's rows and the rows before it (every training row without a slice).
+    let (early, valid): (&[usize], &[usize]) = match slices.first() {
+        Some(s) => (&s.early, &s.valid),
+        None => (&all_train, &[]),
     };
     // Stale validation (with as_of): the validation rows' features are computed as the test
     // rows' are, without any validation row's label (history, k-NN votes, and a text model fitted
@@ -142,7 +131,9 @@ pub fn train(
 
     // Memory: the big allocations, estimated before any is made.
     // (the features: x, and at once at most one more of its size, the fresh history's matrix
-    // or the copy without the k-NN votes, and the validation rows' stale features)
+    // or the copy without the k-NN votes, and the validation slices' stale features: disjoint
+    // rows, so at most one more; an earlier slice's k-NN search runs after the search below,
+    // with fewer queries and candidates)
     let mut needed =
         nq * nf * 4 * 3 + n * 72 + paths.iter().map(|p| p.pairs.len() * 24).sum::<usize>() * 2;
     if let Some(e) = &ds.embedding {
@@ -167,13 +158,19 @@ pub fn train(
     let tw = lay.text_w();
     let mut text_feats = vec![f32::NAN; nq * tw];
     let mut text_model = None;
-    let mut text_valid: Vec<f32> = Vec::new();
+    // Each slice's rows' stale text features, latest first (none without stale validation).
+    let mut text_valid: Vec<Vec<f32>> = Vec::new();
     if let Some(texts) = &ds.text {
         let rows = TextRows {
             train: &train_rows,
             queries: &queries,
-            early: &early,
-            valid: &valid,
+            early,
+            valid,
+            earlier: slices
+                .iter()
+                .skip(1)
+                .map(|s| (&s.early[..], &s.valid[..]))
+                .collect(),
         };
         let target = (classes.is_some(), nc);
         (text_model, text_feats, text_valid) = text_features(
@@ -237,58 +234,47 @@ pub fn train(
         None
     };
     drop(text_feats);
-    // The validation rows' stale features (valid.len() x nf), swapped into their rows of x while
-    // the candidates are compared (the early rows' own features read only earlier rows, all of
-    // them early: the same either way).
-    let mut x_stale: Option<Vec<f32>> = if stale {
-        let mut known_v = known.clone();
-        for &p in &valid {
-            known_v[queries[p] as usize] = None;
+    // Each slice's stale features ([its rows, nf]), swapped into their rows of x while the
+    // candidates are compared on that slice (the rows before a slice read only earlier rows,
+    // all of them before it: the same either way). The latest slice's k-NN lists come from the
+    // snapshot of the search above; an earlier slice's from a search of its rows among the rows
+    // before it (smaller than the search above: fewer queries and candidates).
+    let mut x_stale: Vec<Vec<f32>> = Vec::new();
+    if stale {
+        for (j, sl) in slices.iter().enumerate() {
+            let nb = if lay.has_knn && j == 0 {
+                Neighbours::Given(
+                    sl.valid
+                        .iter()
+                        .map(|&p| std::mem::take(&mut snaps[p]))
+                        .collect(),
+                )
+            } else {
+                Neighbours::Search(None)
+            };
+            let stage = if j == 0 {
+                "validation features".to_string()
+            } else {
+                format!("validation features {}", j + 1)
+            };
+            let tv = text_valid.get(j).map_or(&[][..], |v| &v[..]);
+            x_stale.push(stale_features(
+                ds, &lay, &paths, &known, &queries, &order, sl, tv, nb, &stage, threads, ctl,
+            )?);
         }
-        let vq: Vec<u32> = valid.iter().map(|&p| queries[p]).collect();
-        let nb = if lay.has_knn {
-            Neighbours::Given(
-                valid
-                    .iter()
-                    .map(|&p| std::mem::take(&mut snaps[p]))
-                    .collect(),
-            )
-        } else {
-            Neighbours::Search(None)
-        };
-        let ((xv, _, _), _) = polled(ctl, "validation features", vq.len() as u64, |sh| {
-            features(
-                ds,
-                &lay,
-                &paths,
-                &known_v,
-                &vq,
-                &text_valid,
-                None,
-                nb,
-                threads,
-                sh,
-            )
-            .ok_or(Error::Cancelled("stopped".into()))
-        })?;
-        Some(xv)
-    } else {
-        None
-    };
+    }
     drop(snaps);
     drop(text_valid);
-    // Swaps the validation rows of x with their stale features (twice: back as they were).
-    let swap_stale = |x: &mut [f32], xs: &mut Option<Vec<f32>>| {
-        if let Some(xv) = xs {
-            for (i, &p) in valid.iter().enumerate() {
-                x[p * nf..(p + 1) * nf].swap_with_slice(&mut xv[i * nf..(i + 1) * nf]);
-            }
+    // Swaps slice j's rows of x with their stale features (twice: back as they were).
+    let swap_stale = |x: &mut [f32], xs: &mut [Vec<f32>], j: usize| {
+        if let Some(xv) = xs.get_mut(j) {
+            swap_rows(x, nf, &slices[j].valid, xv);
         }
     };
     // Swaps the early rows' history columns of x with the fresh scheme's (twice: back).
     let swap_fresh = |x: &mut [f32], h: &mut Option<Vec<f32>>| {
         if let Some(h) = h {
-            for &p in &early {
+            for &p in early {
                 x[p * nf + hist_at..p * nf + hist_at + hist_c]
                     .swap_with_slice(&mut h[p * hist_c..(p + 1) * hist_c]);
             }
@@ -330,7 +316,6 @@ pub fn train(
                 .collect(),
         ),
     };
-    let all_train: Vec<usize> = (0..ntr).collect();
     fn gy(hy: &HeadY) -> gbdt::Labels<'_> {
         match hy {
             HeadY::Class(c, k) => gbdt::Labels::Class(c, *k),
@@ -362,71 +347,83 @@ pub fn train(
     if fresh_hist.is_some() && !valid.is_empty() {
         schemes.push("fresh");
     }
-    // Fits on the early rows, scored on the validation rows: (algorithm, with k-NN, scores,
-    // the GBDT's rounds, the scheme's index).
-    let mut val_scores: Vec<Candidate> = Vec::new();
     let has_plain = knn_w > 0 && !valid.is_empty();
-    // One candidate: head `gbdt` or logistic on the features `xv` (`nfv` a row), with the k-NN
-    // votes or not, of scheme `si`; fitted on the early rows, scored on the validation rows.
-    let candidate = |xv: &[f32],
-                     nfv: usize,
-                     si: usize,
-                     use_knn: bool,
-                     gbdt_head: bool|
-     -> Result<Candidate, Error> {
-        let mut p = vec![0f32; valid.len() * kout];
-        if gbdt_head {
+    // Fits candidate `c` (its head, on the features `xv`, `nfv` a row: x with slice j's stale
+    // features in, with the k-NN votes or not) on slice j's fit rows and scores it on the slice.
+    let fit_score = |xv: &[f32], nfv: usize, j: usize, c: &mut Candidate| -> Result<(), Error> {
+        let sl = &slices[j];
+        let mut p = vec![0f32; sl.valid.len() * kout];
+        let mut rounds = 0;
+        if c.head == "gbdt" {
             let g = polled(ctl, "gbdt validation", params.rounds as u64, |sh| {
-                gbdt::Gbdt::fit(xv, nfv, &gy(&hy), &fit_rows, &valid, params, threads, sh)
-                    .ok_or(Error::Cancelled("stopped".into()))
+                gbdt::Gbdt::fit(
+                    xv,
+                    nfv,
+                    &gy(&hy),
+                    &sl.fit_rows,
+                    &sl.valid,
+                    params,
+                    threads,
+                    sh,
+                )
+                .ok_or(Error::Cancelled("stopped".into()))
             })?;
-            for (i, &r) in valid.iter().enumerate() {
+            for (i, &r) in sl.valid.iter().enumerate() {
                 g.predict(
                     &xv[r * nfv..(r + 1) * nfv],
                     &mut p[i * kout..(i + 1) * kout],
                 );
             }
-            Ok(("gbdt".into(), use_knn, p, g.rounds.max(1), si))
+            rounds = g.rounds.max(1);
         } else {
             let h = polled(ctl, "logistic validation", 15, |sh| {
-                fit_lin_head(xv, nfv, &lay.cats, &hy, &fit_rows, sh)
+                fit_lin_head(xv, nfv, &lay.cats, &hy, &sl.fit_rows, sh)
                     .ok_or(Error::Cancelled("stopped".into()))
             })?;
             let head = Head::Logistic(h);
-            for (i, &r) in valid.iter().enumerate() {
+            for (i, &r) in sl.valid.iter().enumerate() {
                 head_predict(
                     &head,
                     &xv[r * nfv..(r + 1) * nfv],
                     &mut p[i * kout..(i + 1) * kout],
                 );
             }
-            Ok(("logistic".into(), use_knn, p, 0, si))
         }
-    };
-    let better = |m: &MetricRow| m.accuracy.unwrap_or(0.0) - m.mae.unwrap_or(0.0);
-    let score = |c: &Candidate| {
-        better(&metric(
+        let split = split_name(j);
+        c.metrics.push(metric(
             "predictor",
-            &c.0,
-            "validation",
+            c.head,
+            &split,
             &hy,
-            &valid,
-            &c.2,
+            &sl.valid,
+            &p,
             kout,
-        ))
+        ));
+        if j == 0 {
+            (c.latest, c.rounds) = (p, rounds);
+        }
+        Ok(())
+    };
+    let new_candidate = |gbdt_head: bool, knn: bool, scheme: usize| Candidate {
+        head: if gbdt_head { "gbdt" } else { "logistic" },
+        knn,
+        scheme,
+        metrics: Vec::new(),
+        latest: Vec::new(),
+        rounds: 0,
     };
     // The scheme: both heads (as the algorithm allows) with every feature on each scheme's
     // features; the scheme of the best of them is kept (ties: blocked); then the candidates
-    // without the k-NN votes on the chosen scheme's features only.
+    // without the k-NN votes on the chosen scheme's features only. Each candidate is fitted and
+    // scored on every slice (its score: the mean of the slices', slices.rs).
     let heads: Vec<bool> = [true, false]
         .into_iter()
         .filter(|&g| if g { want_gbdt } else { want_lin })
         .collect();
-    // The validation rows' stale features in x until the candidates are scored; the k-NN alone
-    // for the report from them (the test rows' are in x either way).
-    swap_stale(&mut x, &mut x_stale);
+    // The k-NN alone for the report: the test rows' votes, or the latest slice's stale ones.
+    swap_stale(&mut x, &mut x_stale, 0);
     let knn_rows: &[usize] = if test_pos.is_empty() {
-        &valid
+        valid
     } else {
         &test_pos
     };
@@ -440,22 +437,31 @@ pub fn train(
         }
         p
     });
+    swap_stale(&mut x, &mut x_stale, 0);
+    let mut cands: Vec<Candidate> = Vec::new();
     let mut chosen = 0;
-    if !valid.is_empty() {
+    if !slices.is_empty() {
         let mut best_sc = f64::NEG_INFINITY;
         for si in 0..schemes.len() {
             if si == 1 {
                 swap_fresh(&mut x, &mut fresh_hist);
             }
-            for &g in &heads {
-                let c = candidate(&x, nf, si, true, g)?;
-                let sc = score(&c);
-                if sc > best_sc {
-                    best_sc = sc;
+            let mut cs: Vec<Candidate> =
+                heads.iter().map(|&g| new_candidate(g, true, si)).collect();
+            for j in 0..slices.len() {
+                swap_stale(&mut x, &mut x_stale, j);
+                for c in &mut cs {
+                    fit_score(&x, nf, j, c)?;
+                }
+                swap_stale(&mut x, &mut x_stale, j);
+            }
+            for c in &cs {
+                if c.score() > best_sc {
+                    best_sc = c.score();
                     chosen = si;
                 }
-                val_scores.push(c);
             }
+            cands.extend(cs);
         }
         // x as the chosen scheme has it, for the candidates without the k-NN votes.
         let fresh_in = schemes.len() > 1;
@@ -463,44 +469,49 @@ pub fn train(
             swap_fresh(&mut x, &mut fresh_hist);
         }
         if has_plain {
-            let xp = plain(&x);
-            for &g in &heads {
-                val_scores.push(candidate(&xp, nf - knn_w, chosen, false, g)?);
+            let mut cs: Vec<Candidate> = heads
+                .iter()
+                .map(|&g| new_candidate(g, false, chosen))
+                .collect();
+            for j in 0..slices.len() {
+                swap_stale(&mut x, &mut x_stale, j);
+                let xp = plain(&x);
+                swap_stale(&mut x, &mut x_stale, j);
+                for c in &mut cs {
+                    fit_score(&xp, nf - knn_w, j, c)?;
+                }
             }
+            cands.extend(cs);
         }
         if fresh_in && chosen == 1 {
             swap_fresh(&mut x, &mut fresh_hist);
         }
         // The chosen scheme's candidates only, in the order of the ties: without the k-NN
         // votes first, the GBDT first.
-        val_scores.retain(|v| v.4 == chosen);
-        val_scores.sort_by_key(|v| (v.1, v.0 != "gbdt"));
+        cands.retain(|c| c.scheme == chosen);
+        cands.sort_by_key(|c| (c.knn, c.head != "gbdt"));
     }
     // x as it was: every training row's own features.
-    swap_stale(&mut x, &mut x_stale);
     drop(x_stale);
-    let val_metrics: Vec<MetricRow> = val_scores
-        .iter()
-        .map(|(a, _, p, _, _)| metric("predictor", a, "validation", &hy, &valid, p, kout))
-        .collect();
-    // The pick: the best validation score (accuracy, or -MAE) among the candidates the algorithm
-    // allows; ties go to the earlier one: without the k-NN votes (fewer features), the GBDT first.
+    // The pick: the best score (accuracy, or -MAE; the mean over the slices) among the
+    // candidates the algorithm allows; ties go to the earlier one: without the k-NN votes (fewer
+    // features), the GBDT first.
     let mut best: Option<usize> = None;
-    for (i, m) in val_metrics.iter().enumerate() {
-        if best.is_none_or(|b| better(m) > better(&val_metrics[b])) {
+    for (i, c) in cands.iter().enumerate() {
+        if best.is_none_or(|b| c.score() > cands[b].score()) {
             best = Some(i);
         }
     }
     let (pick, use_knn, rounds, scheme) = match best {
         Some(b) => {
-            let (algo, knn, si) = (&val_scores[b].0, val_scores[b].1, val_scores[b].4);
+            let (algo, knn, si) = (cands[b].head, cands[b].knn, cands[b].scheme);
             (
-                if algo == "gbdt" { "gbdt" } else { "logistic" },
+                algo,
                 knn,
-                val_scores
+                cands
                     .iter()
-                    .find(|v| v.0 == "gbdt" && v.1 == knn && v.4 == si)
-                    .map_or(params.rounds.min(150), |v| v.3),
+                    .find(|c| c.head == "gbdt" && c.knn == knn && c.scheme == si)
+                    .map_or(params.rounds.min(150), |c| c.rounds),
                 schemes[si],
             )
         }
@@ -511,14 +522,8 @@ pub fn train(
             default_scheme,
         ),
     };
-    let scheme_index = schemes.iter().position(|s| *s == scheme).unwrap_or(0);
     // The report's validation rows: the candidates with the picked features and history.
-    let (val_scores, val_metrics): (Vec<_>, Vec<_>) = val_scores
-        .into_iter()
-        .zip(val_metrics)
-        .filter(|(v, _)| v.1 == use_knn && v.4 == scheme_index)
-        .map(|(v, m)| ((v.0, v.2), m))
-        .unzip();
+    cands.retain(|c| c.knn == use_knn && schemes[c.scheme] == scheme);
     let leave_out_knn = has_plain && !use_knn;
     drop(schemes);
     if scheme == "fresh" {
@@ -569,11 +574,14 @@ pub fn train(
     } else {
         (
             "validation",
-            valid.clone(),
-            val_scores.iter().find(|v| v.0 == pick).map(|v| v.1.clone()),
+            valid.to_vec(),
+            cands
+                .iter()
+                .find(|c| c.head == pick)
+                .map(|c| c.latest.clone()),
         )
     };
-    let base_rows: &[usize] = if split == "test" { &all_train } else { &early };
+    let base_rows: &[usize] = if split == "test" { &all_train } else { early };
     if !rows.is_empty() {
         if let Some(p) = predictor_scores {
             report.push(metric("predictor", pick, split, &hy, &rows, &p, kout));
@@ -584,8 +592,16 @@ pub fn train(
         let (algo, p) = baseline(&hy, base_rows, rows.len(), kout);
         report.push(metric("baseline", algo, split, &hy, &rows, &p, kout));
     }
+    // With test rows, the candidates' scores on each slice (split "validation" for the latest,
+    // "validation 2" for the one before it, ...), then with more than one slice their means
+    // ("validation mean": what the pick compared).
     if split == "test" {
-        report.extend(val_metrics);
+        for j in 0..slices.len() {
+            report.extend(cands.iter().filter_map(|c| c.metrics.get(j).cloned()));
+        }
+        if slices.len() > 1 {
+            report.extend(cands.iter().map(Candidate::mean_row));
+        }
     }
     let feature_names = lay.names();
     let model = Model {
