@@ -17,7 +17,7 @@ use super::error::{Result, TributaryError};
 use super::{activity, gpu, gucs};
 use crate::engine::tokenize::TextTokenizer;
 use crate::engine::{
-    self, Embedder, EmbedderConfig, Manifest, Pooling, ProviderChoice, ShapeBuckets,
+    self, Embedder, EmbedderConfig, Manifest, Pooling, ProviderChoice, RunThread, ShapeBuckets,
 };
 
 /// One row of `tributary.models`.
@@ -72,6 +72,9 @@ impl ModelRow {
                 ShapeBuckets::Off
             },
             warm_shapes: gucs::gpu_warm_shapes(),
+            // A GPU session's runs on a thread of its own: the pipeline's model thread is new in
+            // every call (engine::RunThread).
+            run_thread: RunThread::OwnOnGpu,
             pooling: (self.layout != "tributary")
                 .then(|| Pooling::parse(&self.pooling))
                 .flatten(),

@@ -5,6 +5,10 @@
 //! sequential loop takes (45-68% on an H200, BENCHMARKS.md "GPU: fp32 by default"), the rest
 //! being PostgreSQL's reads and writes and tokenization.
 //!
+//! On a GPU the engine runs every ONNX Runtime run of a session on the session's own long-lived
+//! thread (engine::RunThread), not on this call's model thread: the fp16 graph paid each input
+//! shape again on every new thread (benches/results/gpu-h200-2026-11-28b).
+//!
 //! Only the backend's thread calls into PostgreSQL. The model thread runs the engine alone
 //! (tokenizing on its own threads as always), with every signal blocked; it stops at its next
 //! run when the backend's thread stops (an error, a cancel: [`Stop`]). The backend's thread checks

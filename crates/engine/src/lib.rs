@@ -20,6 +20,6 @@ pub use error::{Error, Result};
 pub use interface::Pooling;
 pub use manifest::{Layout, Manifest, ManifestError, ModelSpec};
 pub use model::{
-    Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, Runtime, ShapeBuckets, Stats,
-    Step, Values,
+    Embedder, EmbedderConfig, Embeddings, Provider, ProviderChoice, RunThread, Runtime,
+    ShapeBuckets, Stats, Step, Values,
 };

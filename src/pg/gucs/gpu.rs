@@ -57,7 +57,7 @@ pub(super) fn init() {
     GucRegistry::define_bool_guc(
         c"tributary.gpu_fp16",
         c"On a GPU, run a model's fp16 graph when its directory has one.",
-        c"The fp16 graph returns f16 embeddings, written to halfvec columns without conversion. Off by default: with ONNX Runtime 1.31 each new input shape costs it 100-600 ms on CUDA, where the fp32 graph ran 150 times faster on real texts.",
+        c"The fp16 graph returns f16 embeddings, written to halfvec columns without conversion. Off by default: with ONNX Runtime 1.31 each input shape costs it 100-600 ms the first time on CUDA (warming the 68 bucket shapes took 30-38 s through PostgreSQL on an H200), though warm runs took 1.9 ms against the fp32 graph's 4.4 ms.",
         &GPU_FP16,
         GucContext::Userset,
         GucFlags::default(),
@@ -155,7 +155,9 @@ static IO_BINDING: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// all-MiniLM-L6-v2 ran 70 rows/s through `tributary_embed_column` on 16,384 real texts, where
 /// the fp32 graph ran 10,778 rows/s (the CPU provider on its 16 cores: 356). Each ORT run of a
 /// new input shape costs the fp16 graph 100-600 ms; fixed shapes run fast in both (BENCHMARKS.md,
-/// "GPU: fp32 by default"; benches/results/gpu-h200-2026-11-27b/).
+/// "GPU: fp32 by default"; benches/results/gpu-h200-2026-11-27b/). With shape buckets and
+/// without the pipeline (2026-11-28, benches/results/gpu-h200-2026-11-28b/) it ran 15,481 rows/s
+/// once its 68 shapes were warm, but warming them took 30-38 s per backend: still off.
 static GPU_FP16: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// On by default: fewer input shapes on a GPU for at most a quarter more tokens past 32 tokens

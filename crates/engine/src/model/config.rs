@@ -55,6 +55,22 @@ pub enum ShapeBuckets {
     Always,
 }
 
+/// The thread a session's ONNX Runtime runs happen on. On an H200 the fp16 graph's runs were slow
+/// (about 118 ms each instead of 1.9 ms) on a thread that had not run their input shapes
+/// before, whatever another thread had run: `tributary_embed_column`'s pipeline, which runs the
+/// model on a thread of its own per call, paid every shape again in every call
+/// (benches/results/gpu-h200-2026-11-28b). A session's own long-lived thread keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunThread {
+    /// The calling thread.
+    Caller,
+    /// One thread of the session's own on a GPU execution provider, the caller's on the CPU (the
+    /// default).
+    OwnOnGpu,
+    /// One thread of the session's own on every provider (to test it on the CPU).
+    Own,
+}
+
 /// What a session needs: files, shapes, provider and threads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EmbedderConfig {
@@ -102,6 +118,8 @@ pub struct EmbedderConfig {
     /// ([`crate::batch::bucket_shapes`], dummy tokens), so that each shape's one-time cost is
     /// paid there, once per session and budget, rather than inside the batches of the calls.
     pub warm_shapes: bool,
+    /// Which thread runs the session's ONNX Runtime runs ([`RunThread`]).
+    pub run_thread: RunThread,
 }
 
 impl EmbedderConfig {
@@ -132,6 +150,7 @@ impl EmbedderConfig {
             intra_op_spinning: true,
             shape_buckets: ShapeBuckets::Gpu,
             warm_shapes: true,
+            run_thread: RunThread::OwnOnGpu,
         }
     }
 }
@@ -157,6 +176,8 @@ pub struct Stats {
     pub shapes: u64,
     /// Time spent warming shapes (`warm_shapes`), not counted in `run_time`.
     pub warm_up_time: Duration,
+    /// Distinct OS threads the session's runs happened on (1 with a run thread of its own).
+    pub run_threads: u64,
     /// Time the caller spent reading the rows it embedded with this session and writing their
     /// vectors back, as it reported them ([`crate::Embedder::add_io_time`]); zero for callers
     /// that report none.

@@ -9,7 +9,7 @@ use ort::ep::ExecutionProvider;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{RunOptions, Session};
 
-use super::{Embedder, EmbedderConfig, Provider, ProviderChoice, Runtime, Stats};
+use super::{Embedder, EmbedderConfig, Provider, ProviderChoice, RunThread, Runtime, Stats};
 use crate::binding::{Bound, HostMemory};
 use crate::error::{Error, Result};
 use crate::interface::Interface;
@@ -85,6 +85,20 @@ impl Embedder {
         } else {
             None
         };
+        // Started here, inside `new`'s blocked signal mask, so the thread inherits it.
+        let run_thread = match config.run_thread {
+            RunThread::Caller => None,
+            RunThread::OwnOnGpu if !provider.is_gpu() => None,
+            RunThread::OwnOnGpu | RunThread::Own => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(1)
+                    .thread_name(|_| "tributary-run".into())
+                    .build()
+                    .map_err(|e| {
+                        Error::Ort(format!("cannot start the session's run thread: {e}"))
+                    })?,
+            ),
+        };
         Ok(Embedder {
             session,
             tokenizer,
@@ -105,6 +119,8 @@ impl Embedder {
             mask: Vec::new(),
             shapes: Default::default(),
             warmed: Default::default(),
+            run_thread,
+            threads: Default::default(),
         })
     }
 

@@ -28,7 +28,7 @@ pub use run::Step;
 
 pub use super::embeddings::{Embeddings, Values};
 pub use super::runtime::{preload_libraries, runtime, Runtime};
-pub use config::{EmbedderConfig, Provider, ProviderChoice, ShapeBuckets, Stats};
+pub use config::{EmbedderConfig, Provider, ProviderChoice, RunThread, ShapeBuckets, Stats};
 
 /// An ONNX Runtime session for one embedding model with its tokenizer.
 ///
@@ -61,6 +61,11 @@ pub struct Embedder {
     shapes: std::collections::HashSet<(usize, usize)>,
     /// The token budgets whose shapes were warmed (`warm_shapes`).
     warmed: std::collections::HashSet<usize>,
+    /// The one thread every ONNX Runtime run of this session runs on (`run_thread`), or `None`:
+    /// the calling thread's.
+    run_thread: Option<rayon::ThreadPool>,
+    /// The OS threads the runs happened on (their count is [`Stats::run_threads`]).
+    threads: std::collections::HashSet<std::thread::ThreadId>,
 }
 
 impl Embedder {
@@ -289,6 +294,37 @@ mod real_model_tests {
         let b = embedder(32).embed(&refs, 256, &mut |_| {}).unwrap();
         let cos = min_cosine(&a, &b);
         assert!(cos > 0.99999, "warmed + bucketed vs exact min cosine {cos}");
+    }
+
+    /// A session with a run thread of its own runs every ONNX Runtime run there, whichever
+    /// thread calls it (as tributary_embed_column's pipeline does, one thread per call); with the
+    /// caller's thread, runs follow the callers. Same vectors either way.
+    #[test]
+    fn a_run_thread_of_its_own_runs_every_call_whatever_the_caller() {
+        let texts = corpus();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut results = Vec::new();
+        for mode in [RunThread::Own, RunThread::Caller] {
+            let mut cfg = config(256);
+            cfg.run_thread = mode;
+            let mut e = Embedder::new(rt(), cfg).unwrap();
+            let a = e.embed(&refs, 2048, &mut |_| {}).unwrap();
+            let b = std::thread::scope(|s| {
+                s.spawn(|| e.embed(&refs, 2048, &mut |_| {}).unwrap())
+                    .join()
+                    .unwrap()
+            });
+            assert!(min_cosine(&a, &b) > 0.99999);
+            results.push((e.stats().run_threads, a));
+        }
+        assert_eq!(results[0].0, 1, "own thread: one thread for both callers");
+        assert_eq!(results[1].0, 2, "caller's thread: one per caller");
+        assert!(min_cosine(&results[0].1, &results[1].1) > 0.99999);
+        assert_eq!(
+            config(256).run_thread,
+            RunThread::OwnOnGpu,
+            "the default: own thread on a GPU"
+        );
     }
 
     #[test]

@@ -113,8 +113,11 @@ impl Embedder {
             config,
             shapes,
             warmed,
+            run_thread,
+            threads,
             ..
         } = self;
+        let run_thread: Option<&rayon::ThreadPool> = run_thread.as_ref();
         // On a GPU, few input shapes (EmbedderConfig::shape_buckets): rows padded up to a
         // bucket length, batches up to a bucket row count.
         let bucketed = match config.shape_buckets {
@@ -134,7 +137,11 @@ impl Embedder {
                         pad,
                         f16_out,
                     };
-                    w.run(session, interface, binding, binding_note)?;
+                    let (done, thread) = on_run_thread(run_thread, || {
+                        w.run(session, interface, binding, binding_note)
+                    });
+                    done?;
+                    threads.insert(thread);
                 }
             }
             stats.shapes = shapes.len() as u64;
@@ -228,33 +235,39 @@ impl Embedder {
                     // Input position -> where its vector goes in `out`.
                     let dest: Vec<usize> = rows[..real_rows].iter().map(|&i| window[i]).collect();
                     let started = Instant::now();
-                    let bound = binding.as_mut().map(|bound| {
-                        bound
-                            .run(session, interface.ids_and_mask(), n, seq, fill, options)
-                            .and_then(|o| scatter(&o[0], n, dim, &dest, &mut out))
-                    });
-                    match bound {
-                        Some(Ok(())) => {}
-                        other => {
-                            if let Some(Err(e)) = other {
-                                // Binding failed: plain runs from now on, and say so in the stats.
-                                *binding = None;
-                                *binding_note = format!("io binding failed, plain runs since: {e}");
+                    let (done, thread) = on_run_thread(run_thread, || -> Result<()> {
+                        let bound = binding.as_mut().map(|bound| {
+                            bound
+                                .run(session, interface.ids_and_mask(), n, seq, fill, options)
+                                .and_then(|o| scatter(&o[0], n, dim, &dest, &mut out))
+                        });
+                        match bound {
+                            Some(Ok(())) => Ok(()),
+                            other => {
+                                if let Some(Err(e)) = other {
+                                    // Binding failed: plain runs from now on, and say so.
+                                    *binding = None;
+                                    *binding_note =
+                                        format!("io binding failed, plain runs since: {e}");
+                                }
+                                ids.resize(n * seq, 0);
+                                mask.resize(n * seq, 0);
+                                fill_batch(&tokens, &rows, seq, pad, ids, mask);
+                                run_plain(
+                                    session,
+                                    interface,
+                                    [n, seq, dim],
+                                    (ids, mask),
+                                    &dest,
+                                    &mut out,
+                                    options,
+                                )
                             }
-                            ids.resize(n * seq, 0);
-                            mask.resize(n * seq, 0);
-                            fill_batch(&tokens, &rows, seq, pad, ids, mask);
-                            run_plain(
-                                session,
-                                interface,
-                                [n, seq, dim],
-                                (ids, mask),
-                                &dest,
-                                &mut out,
-                                options,
-                            )?;
                         }
-                    }
+                    });
+                    done?;
+                    threads.insert(thread);
+                    stats.run_threads = threads.len() as u64;
                     stats.run_time += started.elapsed();
                     let real: usize = rows[..real_rows].iter().map(|&i| tokens[i].ids.len()).sum();
                     stats.runs += 1;
@@ -272,6 +285,20 @@ impl Embedder {
         stats.truncated += truncated.len() as u64;
         out.truncated = truncated;
         Ok(out)
+    }
+}
+
+/// Runs `f` (one ONNX Runtime run) on the session's own thread when it has one, else on the
+/// calling thread. See [`crate::EmbedderConfig::run_thread`].
+/// Also returns the thread it ran on.
+fn on_run_thread<R: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    f: impl FnOnce() -> R + Send,
+) -> (R, std::thread::ThreadId) {
+    let g = || (f(), std::thread::current().id());
+    match pool {
+        Some(p) => p.install(g),
+        None => g(),
     }
 }
 
