@@ -347,6 +347,25 @@ def expected_from(notices: list[str], explain: list[dict]) -> tuple[float | None
     return ep, er
 
 
+def candidate_recall_from(explain: list[dict]) -> float | None:
+    """tributary_match_explain()'s candidate_recall.recall (0.12.0 on), wherever it sits."""
+    def walk(x):
+        if isinstance(x, dict):
+            if isinstance(x.get("candidate_recall"), dict):
+                return _num(x["candidate_recall"].get("recall"))
+            for v in x.values():
+                r = walk(v)
+                if r is not None:
+                    return r
+        elif isinstance(x, list):
+            for v in x:
+                r = walk(v)
+                if r is not None:
+                    return r
+        return None
+    return walk(explain)
+
+
 def read_explain(conn, det: dict) -> list[dict]:
     out = []
     for f in det["explain_functions"]:
@@ -626,7 +645,9 @@ def main(argv=None) -> int:
             elif method.endswith(", labels"):
                 add(method, "held-out left rows", secs, pred, err or "", **common)
             else:
-                add(method, "all", secs, pred, err or "", **common)
+                cr = candidate_recall_from(explain)
+                add(method, "all", secs, pred, err or (f"candidate recall {cr:.3f}" if cr is not None else ""),
+                    **common)
                 if labelled_left and "no labels" in method:
                     add(method, "held-out left rows", secs, pred, err or "", **common)
         if d.kind == "dedup" and det["has_dedup"] and "dedup" not in skip:

@@ -243,7 +243,7 @@ DECLARE
     acc_sum float8;
     exp_prec float8;
     exp_rec float8;
-    col_info jsonb;
+    col_info jsonb; cand_recall jsonb;
     explanation jsonb;
 BEGIN
     IF left_table IS NULL OR right_table IS NULL OR columns IS NULL OR k IS NULL OR one_to_one IS NULL THEN
@@ -484,6 +484,8 @@ BEGIN
              ON CONFLICT DO NOTHING', pair_order, labels) USING self;
     END IF;
 
+    -- How many of the rows that one column alone ranks first are among the candidates.
+    cand_recall := tributary._match_recall(self, emb, str, columns, vec, 200);
     t_cand := extract(epoch FROM clock_timestamp() - t0) - t_embed;
     -- 4. Evidence per column: raw similarities, rescaled by the unrelated pairs, weighted.
     EXECUTE format(
@@ -598,6 +600,7 @@ BEGIN
     explanation := jsonb_build_object(
         'left_table', left_table::text, 'right_table', right_table::text,
         'rows', jsonb_build_array(n_left, n_right), 'k', k, 'candidate_pairs', n_cand,
+        'candidate_recall', cand_recall,
         'model', 'Fellegi-Sunter, m, u and prior fitted by EM' || CASE WHEN one_to_one THEN ', one to one' ELSE '' END
                  || CASE WHEN labels IS NOT NULL THEN format(', with %s labelled pairs', n_lab) ELSE '' END,
         'labelled_pairs', CASE WHEN labels IS NOT NULL THEN n_lab END,
@@ -618,8 +621,8 @@ BEGIN
                                       'evidence_and_fit', round((extract(epoch FROM clock_timestamp() - t0) - t_embed - t_cand)::numeric, 2)));
     PERFORM tributary._match_remember(explanation);
     IF report THEN
-        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %); %; estimated matches %, threshold % (%), accepted %, expected precision %, expected recall %; per column P(agree | match) / P(agree | non-match): %; % s embedding, % s candidates, % s evidence and fit',
-            n_left, n_right, n_cand, k, explanation->>'model', round(est::numeric, 1),
+        RAISE NOTICE 'tributary_match: % x % rows, % candidate pairs (k = %, candidate recall %); %; estimated matches %, threshold % (%), accepted %, expected precision %, expected recall %; per column P(agree | match) / P(agree | non-match): %; % s embedding, % s candidates, % s evidence and fit',
+            n_left, n_right, n_cand, k, coalesce(cand_recall->>'recall', 'n/a'), explanation->>'model', round(est::numeric, 1),
             coalesce(round(thr::numeric, 4)::text, 'none'), how, n_acc, round(exp_prec::numeric, 4), round(exp_rec::numeric, 4),
             coalesce((SELECT string_agg(format('%s %s / %s', e->>'column', e->>'agree_m', e->>'agree_u'), ', ')
                         FROM jsonb_array_elements(col_info) e WHERE e ? 'agree_m'), 'none'),
@@ -675,6 +678,80 @@ BEGIN
      GROUP BY r.lk, r.rk
     HAVING NOT one_to_one OR max(r.rnk) = 1;
 END $$;
+
+-- Candidate recall, measured on every call (issue 48): for up to `sample` left rows (in md5(key)
+-- order) and each compared column alone, the right rows that column ranks first: those holding
+-- the nearest value by embedding (a phrase column), else those holding the same value, case
+-- aside (a short column); never the row itself. Found when a candidate pair of the row holds one
+-- of them. A row whose value is NULL, or that no other row has the same short value as, is not
+-- counted for that column. Returns {sample_rows, recall, columns: [{column, rows, found,
+-- recall}]}; recall NULL where nothing was counted. Cost: sample x the right side's distinct
+-- values of each phrase column (an exact nearest-value scan), one index lookup per row otherwise.
+CREATE FUNCTION tributary._match_recall(self boolean, emb boolean[], str boolean[], columns text[], vec text,
+                                        sample integer) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    i int;
+    found bigint;
+    total bigint;
+    per jsonb := '[]';
+    all_found bigint := 0;
+    all_total bigint := 0;
+    -- a candidate of row s whose other row r holds `cond` (pairs of one table: either side)
+    cand text := 'EXISTS (SELECT 1 FROM pg_temp.tributary_match_c c JOIN pg_temp.tributary_match_r r ON r.key = c.rk
+                           WHERE c.lk = s.key AND c.kind = ''c'' AND %1$s)
+                  OR ($2 AND EXISTS (SELECT 1 FROM pg_temp.tributary_match_c c JOIN pg_temp.tributary_match_r r ON r.key = c.lk
+                                      WHERE c.rk = s.key AND c.kind = ''c'' AND %1$s))';
+BEGIN
+    IF self THEN
+        CREATE INDEX ON pg_temp.tributary_match_c (rk);
+    END IF;
+    FOR i IN 1 .. cardinality(columns) LOOP
+        IF emb[i] THEN
+            EXECUTE format(
+                'WITH s AS (SELECT l.key, l.v[$1] AS val FROM pg_temp.tributary_match_l l
+                             WHERE l.v[$1] IS NOT NULL ORDER BY md5(l.key) LIMIT $3),
+                      rv AS MATERIALIZED (
+                          SELECT x.val, x.holders, x.holder, v.e
+                            FROM (SELECT r.v[$1] AS val, count(*) AS holders, min(r.key) AS holder
+                                    FROM pg_temp.tributary_match_r r WHERE r.v[$1] IS NOT NULL GROUP BY 1) x
+                            JOIN pg_temp.tributary_match_v v ON v.col = $1 AND v.val = x.val
+                           WHERE v.e IS NOT NULL)
+                 SELECT count(*) FILTER (WHERE f.found), count(*)
+                   FROM s
+                   JOIN pg_temp.tributary_match_v sv ON sv.col = $1 AND sv.val = s.val AND sv.e IS NOT NULL
+                  CROSS JOIN LATERAL (SELECT b.val FROM rv b
+                                       WHERE NOT ($2 AND b.holders = 1 AND b.holder = s.key)
+                                       ORDER BY b.e OPERATOR(%2$s.<=>) sv.e LIMIT 1) best
+                  CROSS JOIN LATERAL (SELECT (%1$s) AS found) f',
+                format(cand, 'r.v[$1] = best.val AND r.key <> s.key'), vec)
+              INTO found, total USING i, self, sample;
+        ELSIF str[i] THEN
+            EXECUTE format(
+                'WITH s AS (SELECT l.key, lower(l.v[$1]) AS val FROM pg_temp.tributary_match_l l
+                             WHERE l.v[$1] IS NOT NULL ORDER BY md5(l.key) LIMIT $3),
+                      rv AS MATERIALIZED (SELECT lower(r.v[$1]) AS val, count(*) AS holders, min(r.key) AS holder
+                                            FROM pg_temp.tributary_match_r r WHERE r.v[$1] IS NOT NULL GROUP BY 1)
+                 SELECT count(*) FILTER (WHERE f.found), count(*)
+                   FROM s JOIN rv ON rv.val = s.val AND NOT ($2 AND rv.holders = 1 AND rv.holder = s.key)
+                  CROSS JOIN LATERAL (SELECT (%s) AS found) f',
+                format(cand, 'lower(r.v[$1]) = s.val AND r.key <> s.key'))
+              INTO found, total USING i, self, sample;
+        ELSE
+            CONTINUE;
+        END IF;
+        all_found := all_found + found;
+        all_total := all_total + total;
+        per := per || jsonb_build_array(jsonb_build_object(
+            'column', columns[i], 'rows', total, 'found', found,
+            'recall', CASE WHEN total > 0 THEN round(found::numeric / total, 4) END));
+    END LOOP;
+    RETURN jsonb_build_object(
+        'sample_rows', (SELECT count(*) FROM (SELECT 1 FROM pg_temp.tributary_match_l LIMIT sample) x),
+        'recall', CASE WHEN all_total > 0 THEN round(all_found::numeric / all_total, 4) END,
+        'columns', per);
+END $$;
+COMMENT ON FUNCTION tributary._match_recall(boolean, boolean[], boolean[], text[], text, integer) IS 'Internal (tributary_match): candidate recall, the share of the rows one column alone ranks first that are among the candidates, on a sample of rows.';
 
 -- 42P07 when this session has a temporary table or view named as tributary_match's (prefix
 -- 'tributary_match_') or tributary_dedup's ('tributary_dedup_') work tables: they are the

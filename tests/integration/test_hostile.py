@@ -201,6 +201,7 @@ def test_statement_timeout_stops_a_long_call(hostile_main):
 # B. Settings
 
 RAISED = [("tributary.intra_op_threads", "1024"), ("tributary.max_batch_tokens", "4194304"),
+          ("tributary.gpu_max_batch_tokens", "4194304"),
           ("tributary.ort_library", "/tmp/evil.so"), ("tributary.model_path", "/tmp"),
           ("tributary.execution_provider", "cpu")]
 

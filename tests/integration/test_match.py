@@ -5,6 +5,7 @@ tributary_dedup. The real model; small tables (a few hundred rows), generated de
 """
 import math
 import random
+import re
 
 import psycopg
 import pytest
@@ -305,3 +306,49 @@ def test_nulls_are_not_identical_values(conn):
                         "'{name}')").fetchall()
     assert {(r[0], r[1]) for r in rows} == {("1", "3"), ("4", "5")}, rows
     assert dedup_groups(conn, "tm.small_null") == {frozenset({"1", "3"}), frozenset({"4", "5"})}
+
+
+def recall_tables(conn):
+    """Two unrelated sides of 300 rows (90,000 pairs: not every pair is a candidate): a name of
+    three words each, and a short code that five rows of each side share."""
+    rng = random.Random(11)
+    for side in ("rc_l", "rc_r"):
+        conn.execute(f"DROP TABLE IF EXISTS tm.{side}")
+        conn.execute(f"CREATE TABLE tm.{side} (id int PRIMARY KEY, name text, code text)")
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO tm.{side} VALUES (%s, %s, %s)",
+                [(i, f"{rng.choice(ADJ)} {rng.choice(NOUN)} {rng.choice(WHERE)} {i}", f"K{i // 5}")
+                 for i in range(300)])
+
+
+def test_candidate_recall_is_measured_on_every_call(conn):
+    """The share of the rows one column alone ranks first that are among the candidates, per
+    column: a code that five rows of each side share is no rare value at k = 2 (not blocked on:
+    its agreeing rows are mostly not candidates) and is at k = 5 (all are); a name's nearest value
+    is found by the nearest-neighbour candidates either way."""
+    recall_tables(conn)
+    by_k = {}
+    for k in (2, 5):
+        conn.execute(f"SELECT count(*) FROM tributary_match('tm.rc_l', 'tm.rc_r', '{{name,code}}', k => {k})")
+        e = conn.execute("SELECT tributary_match_explain()->'candidate_recall'").fetchone()[0]
+        assert e["sample_rows"] == 200
+        cols = {c["column"]: c for c in e["columns"]}
+        assert cols["code"]["rows"] == 200 and cols["name"]["rows"] == 200
+        by_k[k] = (cols["name"]["recall"], cols["code"]["recall"], e["recall"])
+    name2, code2, all2 = by_k[2]
+    name5, code5, all5 = by_k[5]
+    assert code2 < 0.5, by_k
+    assert code5 == 1.0, by_k
+    assert name2 >= 0.95 and name5 >= 0.95, by_k
+    assert all2 < all5, by_k
+    # And the NOTICE says it.
+    conn.execute("SET tributary.progress_interval = 10000")
+    notices = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+    try:
+        conn.execute("SELECT count(*) FROM tributary_match('tm.rc_l', 'tm.rc_r', '{name,code}', k => 5)")
+    finally:
+        conn.execute("SET tributary.progress_interval = 0")
+    said = [float(m.group(1)) for n in notices for m in [re.search(r"candidate recall ([0-9.]+)", n)] if m]
+    assert said and abs(said[0] - float(all5)) < 1e-9, (notices, all5)

@@ -164,8 +164,10 @@ def test_gpu_budget_is_raised_by_a_superuser_only(dsn):
     with connect(dsn) as c:
         c.execute("DROP ROLE IF EXISTS pipe_plain")
         c.execute("CREATE ROLE pipe_plain LOGIN")
+        c.execute("SELECT tributary_row_template_version()")  # the library is loaded
         assert c.execute("SHOW tributary.gpu_max_batch_tokens").fetchone()[0] == "16384"
     with connect(dsn, user="pipe_plain") as p:
+        p.execute("SELECT tributary_row_template_version()")  # the library is loaded
         p.execute("SET tributary.gpu_max_batch_tokens = 4096")
         with pytest.raises(psycopg.Error) as err:
             p.execute("SET tributary.gpu_max_batch_tokens = 65536")
