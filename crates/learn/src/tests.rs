@@ -755,20 +755,15 @@ fn history_counts_for_a_few_rows_equal_the_sweep() {
     }
 }
 
-#[test]
-fn validation_rows_see_no_validation_label() {
-    // Blocks of 10 consecutive rows share a group and a label: a row's earlier group-mates give
-    // its label away. The validation slice (the latest 20%: rows 800-999, whole blocks) must be
-    // scored as a test period would be, with no validation row's label in any feature: its
-    // groups then have no labelled row at all, and the history can tell it nothing. (With the
-    // validation labels in the features it scored 0.93: every row but each block's first.)
-    let n = 1000;
+/// `n` rows in time order, in blocks of 10 consecutive rows that share a group ("block") and a
+/// label (one of three, drawn per block): a row's earlier group-mates give its label away.
+fn blocks_of_ten(n: usize) -> Dataset {
     let mut s = 0x0BAD_F00Du64;
     let block_class: Vec<usize> = (0..n / 10)
         .map(|_| (rng(&mut s) * 3.0) as usize % 3)
         .collect();
     let classes = ["a", "b", "c"];
-    let ds = Dataset {
+    Dataset {
         as_of: Some((0..n).map(|i| i as f64).collect()),
         label: Labels::Category(
             (0..n)
@@ -783,7 +778,18 @@ fn validation_rows_see_no_validation_label() {
         }],
         numbers: vec![],
         categories: vec![],
-    };
+    }
+}
+
+#[test]
+fn validation_rows_see_no_validation_label() {
+    // Blocks of 10 consecutive rows share a group and a label: a row's earlier group-mates give
+    // its label away. The validation slice (the latest 20%: rows 800-999, whole blocks) must be
+    // scored as a test period would be, with no validation row's label in any feature: its
+    // groups then have no labelled row at all, and the history can tell it nothing. (With the
+    // validation labels in the features it scored 0.93: every row but each block's first.)
+    let n = 1000;
+    let ds = blocks_of_ten(n);
     let roles = vec![Role::Train; n];
     let t = train(&ds, &roles, &opts(Algorithm::Logistic), &NoCtl).unwrap();
     let v = t
@@ -795,7 +801,10 @@ fn validation_rows_see_no_validation_label() {
     assert!(v.accuracy.unwrap() < 0.6, "{:?}", t.report);
     // The model itself still learns the history: a row of a labelled block is predicted.
     let p = predict(&t.model, &ds, &[995], &NoCtl).unwrap();
-    assert_eq!(p[0].label.as_deref(), Some(classes[block_class[99]]));
+    let Labels::Category(labels) = &ds.label else {
+        unreachable!("blocks_of_ten has categories")
+    };
+    assert_eq!(p[0].label, labels[995], "row 995's block's label");
 }
 
 #[test]
@@ -1220,27 +1229,7 @@ fn auto_compares_the_heads_on_the_mean_of_two_forward_slices() {
 #[test]
 fn an_earlier_slice_sees_no_label_of_its_own() {
     let n = 4400;
-    let mut s = 0x0BAD_F00Du64;
-    let block_class: Vec<usize> = (0..n / 10)
-        .map(|_| (rng(&mut s) * 3.0) as usize % 3)
-        .collect();
-    let classes = ["a", "b", "c"];
-    let ds = Dataset {
-        as_of: Some((0..n).map(|i| i as f64).collect()),
-        label: Labels::Category(
-            (0..n)
-                .map(|i| Some(classes[block_class[i / 10]].to_string()))
-                .collect(),
-        ),
-        text: None,
-        embedding: None,
-        paths: vec![GroupPath {
-            name: "block".into(),
-            pairs: (0..n).map(|i| (i as u32, (i / 10) as u64)).collect(),
-        }],
-        numbers: vec![],
-        categories: vec![],
-    };
+    let ds = blocks_of_ten(n);
     let roles: Vec<Role> = (0..n)
         .map(|i| if i < 4000 { Role::Train } else { Role::Test })
         .collect();
