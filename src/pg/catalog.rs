@@ -354,7 +354,17 @@ fn idle_release_loop() {
 /// Records the call in `tributary.stat_activity` afterwards, and with `tributary.shrink_arena`
 /// hands freed heap pages back at most every 5 s.
 pub fn with_embedder<R>(model: &ModelRow, f: impl FnOnce(&mut Embedder) -> R) -> Result<R> {
-    run_with_embedder(model, false, f)
+    run_with_embedder(model, false, true, f)
+}
+
+/// [`with_embedder`] for a caller that only reads or annotates the session (its provider, the
+/// time the caller spent around it), running no model: no call is recorded in
+/// `tributary.stat_activity`.
+pub fn with_embedder_unrecorded<R>(
+    model: &ModelRow,
+    f: impl FnOnce(&mut Embedder) -> R,
+) -> Result<R> {
+    run_with_embedder(model, false, false, f)
 }
 
 /// [`with_embedder`] for a caller that calls into PostgreSQL (SPI) while `f` runs and may hand
@@ -366,7 +376,7 @@ pub fn with_embedder_detached<R>(
     model: &ModelRow,
     f: impl FnOnce(&mut Embedder) -> R,
 ) -> Result<R> {
-    run_with_embedder(model, true, f)
+    run_with_embedder(model, true, true, f)
 }
 
 /// Puts a detached session back into this backend's sessions when dropped (most recently used).
@@ -388,6 +398,7 @@ impl Drop for PutBack {
 fn run_with_embedder<R>(
     model: &ModelRow,
     detached: bool,
+    recorded: bool,
     f: impl FnOnce(&mut Embedder) -> R,
 ) -> Result<R> {
     let key: Key = (
@@ -449,6 +460,9 @@ fn run_with_embedder<R>(
     };
     let before = entry.embedder.stats().clone();
     let record = |e: &Embedder| {
+        if !recorded {
+            return;
+        }
         let after = e.stats();
         activity::record_call(&activity::Call {
             model: &model.name,

@@ -95,7 +95,7 @@ pub(crate) fn embed_column(
         }
         Ok(())
     };
-    let gpu = catalog::with_embedder(&model, |e| e.provider().is_gpu())?;
+    let gpu = catalog::with_embedder_unrecorded(&model, |e| e.provider().is_gpu())?;
     let overlapped = match gucs::pipeline() {
         gucs::Pipeline::Off => false,
         gucs::Pipeline::Auto => gpu,
@@ -120,7 +120,7 @@ pub(crate) fn embed_column(
             written_batch(batch, vectors)?;
             io.write += t.elapsed();
         }
-        catalog::with_embedder(&model, |e| e.add_io_time(io.read, io.write))?;
+        catalog::with_embedder_unrecorded(&model, |e| e.add_io_time(io.read, io.write))?;
     }
     release_memory(embedded as usize);
     apply_truncation(&model, truncated, embedded as usize, String::new)?;
